@@ -1,0 +1,52 @@
+// Aligned f32 buffers for activations and state, and process memory readings.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <memory>
+#include <span>
+
+namespace nemo {
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// A zero-initialised, 64-byte aligned array of trivially copyable T.
+template <typename T>
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(size_t n) { resize(n); }
+  void resize(size_t n) {
+    if (n == n_) return;
+    size_t bytes = ((n * sizeof(T) + 63) / 64) * 64;
+    p_.reset(bytes ? static_cast<T*>(std::aligned_alloc(64, bytes)) : nullptr);
+    if (bytes && !p_) throw std::bad_alloc();
+    n_ = n;
+    zero();
+  }
+  void zero() {
+    if (n_) std::memset(static_cast<void*>(p_.get()), 0, n_ * sizeof(T));
+  }
+  T* data() { return p_.get(); }
+  const T* data() const { return p_.get(); }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+  T& operator[](size_t i) { return p_.get()[i]; }
+  const T& operator[](size_t i) const { return p_.get()[i]; }
+  std::span<T> span() { return {p_.get(), n_}; }
+  std::span<const T> span() const { return {p_.get(), n_}; }
+
+ private:
+  std::unique_ptr<T, FreeDeleter> p_;
+  size_t n_ = 0;
+};
+
+// Resident set size now and peak (VmHWM), in bytes; 0 if unavailable.
+size_t current_rss_bytes();
+size_t peak_rss_bytes();
+
+}  // namespace nemo

@@ -1,0 +1,107 @@
+#include "kernels/linear.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "base/error.h"
+#include "kernels/linear_impl.h"
+
+namespace nemo::kernels {
+
+const char* weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::F32: return "f32";
+    case WeightFormat::BF16: return "bf16";
+    case WeightFormat::F16: return "f16";
+    case WeightFormat::NVFP4: return "nvfp4";
+    case WeightFormat::FP8_E4M3: return "fp8_e4m3";
+    case WeightFormat::AFFINE4: return "affine4";
+    case WeightFormat::AFFINE8: return "affine8";
+  }
+  return "?";
+}
+
+int64_t PackedWeight::bytes() const {
+  const int64_t n = rows * cols;
+  switch (format) {
+    case WeightFormat::F32: return n * 4;
+    case WeightFormat::BF16:
+    case WeightFormat::F16: return n * 2;
+    case WeightFormat::FP8_E4M3: return n;
+    case WeightFormat::NVFP4: return n / 2 + n / 16;
+    case WeightFormat::AFFINE4: return n / 2 + 4 * (group ? n / group : 0);
+    case WeightFormat::AFFINE8: return n + 4 * (group ? n / group : 0);
+  }
+  return 0;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Reference: return "reference";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+Isa detected_isa() {
+  static const Isa isa = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+      return Isa::Avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+      return Isa::Avx2;
+    return Isa::Reference;
+  }();
+  return isa;
+}
+
+namespace {
+// Process-wide choice of implementation family; a constant of the CPU unless a test overrides it.
+std::atomic<int>& active_isa_slot() {
+  static std::atomic<int> slot{int(detected_isa())};
+  return slot;
+}
+}  // namespace
+
+Isa active_isa() { return Isa(active_isa_slot().load(std::memory_order_relaxed)); }
+void set_active_isa(Isa isa) {
+  if (int(isa) > int(detected_isa())) isa = detected_isa();
+  active_isa_slot().store(int(isa));
+}
+
+void linear_range(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
+                  int64_t y_stride, int64_t o_begin, int64_t o_end, Isa isa) {
+  detail::select_range_fn(w.format, isa)(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+}
+
+void linear(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
+            int64_t y_stride, const ThreadConfig& tc) {
+  const detail::RangeFn fn = detail::select_range_fn(w.format, active_isa());
+  // Grain: enough outputs per thread that fan-out pays off for small matrices.
+  const int64_t grain = std::max<int64_t>(16, 4096 / std::max<int64_t>(1, w.cols));
+  parallel_for(tc, w.rows, grain, [&](int64_t b, int64_t e) { fn(w, x, n_rows, x_stride, y, y_stride, b, e); });
+}
+
+void dequantize_row(const PackedWeight& w, int64_t o, float* out) {
+  switch (w.format) {
+    case WeightFormat::F32:
+    case WeightFormat::BF16:
+    case WeightFormat::F16: detail::dequantize_row_dense(w, o, out); return;
+    default: fail("dequantize_row: format {} not supported", weight_format_name(w.format));
+  }
+}
+
+namespace detail {
+RangeFn select_range_fn(WeightFormat f, Isa isa) {
+  switch (f) {
+    case WeightFormat::F32:
+    case WeightFormat::BF16:
+    case WeightFormat::F16: return isa >= Isa::Avx2 ? range_dense_avx2 : range_dense_ref;
+    default: fail("linear: weight format {} has no kernel", weight_format_name(f));
+  }
+}
+}  // namespace detail
+
+}  // namespace nemo::kernels

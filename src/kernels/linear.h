@@ -1,0 +1,59 @@
+// Linear layers over packed weights: y[r, o] = sum_k x[r, k] * W[o, k].
+//
+// Batch invariance: the value of y[r, o] depends only on row r of x and row o of W — never on
+// how many rows are processed together, on the row tile a row lands in, or on the thread count.
+// Every kernel reduces one (r, o) pair in one fixed order, and threads split the *outputs* o.
+//
+// Formats are read in their checkpoint layout; nothing is dequantised into a full-size copy.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "base/threads.h"
+
+namespace nemo::kernels {
+
+enum class WeightFormat : uint8_t {
+  F32,
+  BF16,
+  F16,
+  NVFP4,     // U8 E2M1 pairs (low nibble = even k), E4M3 scale per 16, f32 scale2 (issue: formats)
+  FP8_E4M3,  // E4M3 bytes, per-tensor f32 scale
+  AFFINE4,   // MLX affine 4-bit: U32 words, bf16 scales+biases per group
+  AFFINE8,   // MLX affine 8-bit
+};
+const char* weight_format_name(WeightFormat f);
+
+// A non-owning view of one [rows = out, cols = in] weight matrix in its stored layout.
+// Pointers may be unaligned (MLX safetensors files are not aligned).
+struct PackedWeight {
+  WeightFormat format = WeightFormat::F32;
+  int64_t rows = 0, cols = 0;
+  const void* data = nullptr;
+  const void* scales = nullptr;  // NVFP4: E4M3 [rows, cols/16]; AFFINE*: bf16 [rows, cols/group]
+  const void* biases = nullptr;  // AFFINE*: bf16 [rows, cols/group]
+  float scale = 1.0f;            // NVFP4: weight_scale_2; FP8: weight_scale
+  int64_t group = 0;             // AFFINE*: group size; NVFP4: 16
+  int64_t bytes() const;         // resident bytes of data + scales + biases
+};
+
+// Which implementation family runs. Chosen once per process (run-time CPU detection) and
+// overridable for tests. Reference = portable scalar code, the oracle for the SIMD variants.
+enum class Isa : uint8_t { Reference, Avx2, Avx512 };
+Isa detected_isa();
+Isa active_isa();
+void set_active_isa(Isa isa);  // for tests/benchmarks; clamps to what the CPU supports
+const char* isa_name(Isa isa);
+
+// y[r * y_stride + o] for r < n_rows, o < w.rows. Threads split o.
+void linear(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
+            int64_t y_stride, const ThreadConfig& tc);
+
+// The same for outputs [o_begin, o_end) only, single-threaded (callers that partition work).
+void linear_range(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
+                  int64_t y_stride, int64_t o_begin, int64_t o_end, Isa isa);
+
+// Row o of W as f32 (embedding lookup, tests). out has w.cols entries.
+void dequantize_row(const PackedWeight& w, int64_t o, float* out);
+
+}  // namespace nemo::kernels

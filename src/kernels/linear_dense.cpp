@@ -1,0 +1,134 @@
+// Dense (f32 / bf16 / f16) linear kernels.
+//
+// Canonical reduction for one (row r, output o) pair, shared by every ISA so results are bitwise
+// identical across ISAs, tiles and thread counts:
+//   acc[0..15] = 0; for k in steps of 16: acc[l] = fma(w[k+l], x[k+l], acc[l])
+//   v[l] = acc[l] + acc[l+8] (l < 8); s = hsum8_fixed(v)
+//   tail (k >= cols - cols%16): t = fma(w[k], x[k], t) sequentially from 0; y = s + t
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/numeric.h"
+#include "kernels/linear_impl.h"
+
+namespace nemo::kernels::detail {
+
+namespace {
+
+inline float load_w(const PackedWeight& w, int64_t idx) {
+  switch (w.format) {
+    case WeightFormat::F32: {
+      float v;
+      std::memcpy(&v, static_cast<const uint8_t*>(w.data) + 4 * idx, 4);
+      return v;
+    }
+    case WeightFormat::BF16: {
+      uint16_t b;
+      std::memcpy(&b, static_cast<const uint8_t*>(w.data) + 2 * idx, 2);
+      return bf16_to_f32(b);
+    }
+    case WeightFormat::F16: {
+      uint16_t b;
+      std::memcpy(&b, static_cast<const uint8_t*>(w.data) + 2 * idx, 2);
+      return f16_to_f32(b);
+    }
+    default: return NAN;
+  }
+}
+
+}  // namespace
+
+void dequantize_row_dense(const PackedWeight& w, int64_t o, float* out) {
+  for (int64_t k = 0; k < w.cols; ++k) out[k] = load_w(w, o * w.cols + k);
+}
+
+void range_dense_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
+                     int64_t y_stride, int64_t o_begin, int64_t o_end) {
+  const int64_t K = w.cols, K16 = K - K % 16;
+  for (int64_t o = o_begin; o < o_end; ++o) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const float* xr = x + r * x_stride;
+      float acc[16] = {};
+      for (int64_t k = 0; k < K16; k += 16)
+        for (int l = 0; l < 16; ++l) acc[l] = std::fma(load_w(w, o * K + k + l), xr[k + l], acc[l]);
+      float v[8];
+      for (int l = 0; l < 8; ++l) v[l] = acc[l] + acc[l + 8];
+      float t = 0.0f;
+      for (int64_t k = K16; k < K; ++k) t = std::fma(load_w(w, o * K + k), xr[k], t);
+      y[r * y_stride + o] = hsum8_fixed(v) + t;
+    }
+  }
+}
+
+namespace {
+
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(WeightFormat f, const uint8_t* p) {
+  switch (f) {
+    case WeightFormat::BF16: {
+      __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    case WeightFormat::F16:
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    default: return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  }
+}
+
+template <WeightFormat F, int R>
+__attribute__((target("avx2,fma,f16c"))) void tile_avx2(const PackedWeight& w, const float* x, int64_t x_stride,
+                                                        float* y, int64_t y_stride, int64_t o) {
+  constexpr int64_t es = F == WeightFormat::F32 ? 4 : 2;
+  const int64_t K = w.cols, K16 = K - K % 16;
+  const uint8_t* wr = static_cast<const uint8_t*>(w.data) + o * K * es;
+  __m256 a0[R], a1[R];
+  for (int r = 0; r < R; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K16; k += 16) {
+    const __m256 w0 = load8(F, wr + k * es), w1 = load8(F, wr + (k + 8) * es);
+    for (int r = 0; r < R; ++r) {
+      const float* xr = x + r * x_stride + k;
+      a0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr), a0[r]);
+      a1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr + 8), a1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    alignas(32) float v[8];
+    _mm256_store_ps(v, _mm256_add_ps(a0[r], a1[r]));
+    float t = 0.0f;
+    const float* xr = x + r * x_stride;
+    for (int64_t k = K16; k < K; ++k) t = std::fma(load_w(w, o * K + k), xr[k], t);
+    y[r * y_stride + o] = hsum8_fixed(v) + t;
+  }
+}
+
+template <WeightFormat F>
+__attribute__((target("avx2,fma,f16c"))) void range_avx2_fmt(const PackedWeight& w, const float* x, int64_t n_rows,
+                                                             int64_t x_stride, float* y, int64_t y_stride,
+                                                             int64_t o_begin, int64_t o_end) {
+  // Outputs in blocks so the weight block stays cache-resident while all row tiles pass over it.
+  const int64_t es = F == WeightFormat::F32 ? 4 : 2;
+  const int64_t ob = std::max<int64_t>(1, (256 * 1024) / std::max<int64_t>(1, w.cols * es));
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
+    const int64_t o1 = std::min(o_end, o0 + ob);
+    int64_t r = 0;
+    for (; r + 4 <= n_rows; r += 4)
+      for (int64_t o = o0; o < o1; ++o) tile_avx2<F, 4>(w, x + r * x_stride, x_stride, y + r * y_stride, y_stride, o);
+    for (; r < n_rows; ++r)
+      for (int64_t o = o0; o < o1; ++o) tile_avx2<F, 1>(w, x + r * x_stride, x_stride, y + r * y_stride, y_stride, o);
+  }
+}
+
+}  // namespace
+
+void range_dense_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
+                      int64_t y_stride, int64_t o_begin, int64_t o_end) {
+  switch (w.format) {
+    case WeightFormat::BF16: return range_avx2_fmt<WeightFormat::BF16>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+    case WeightFormat::F16: return range_avx2_fmt<WeightFormat::F16>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+    default: return range_avx2_fmt<WeightFormat::F32>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  }
+}
+
+}  // namespace nemo::kernels::detail

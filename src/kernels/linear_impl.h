@@ -1,0 +1,25 @@
+// Internal: per-format kernels behind kernels/linear.h. Each format provides a scalar reference
+// and optionally SIMD variants with the signature below; all must be batch invariant.
+#pragma once
+#include "kernels/linear.h"
+
+namespace nemo::kernels::detail {
+
+using RangeFn = void (*)(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                         float* y, int64_t y_stride, int64_t o_begin, int64_t o_end);
+
+// Dense formats (linear_dense.cpp)
+void range_dense_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
+void range_dense_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
+void dequantize_row_dense(const PackedWeight& w, int64_t o, float* out);
+
+// Returns the kernel for (format, isa), falling back to the best available lower ISA.
+RangeFn select_range_fn(WeightFormat f, Isa isa);
+
+// Fixed-order horizontal sum of 8 floats (lane 0..7): ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+// Both the reference and SIMD code use this order so results agree where the math is exact.
+inline float hsum8_fixed(const float* l) {
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+}  // namespace nemo::kernels::detail
