@@ -1,0 +1,630 @@
+#!/usr/bin/python3
+"""Independent PyTorch reference ("oracle") of the Nemotron-H forward pass.
+
+Written from docs spec /work/shared/spec/nemotron_h.md (sections 1-5, 7, 8; MTP from 6), NOT from the C++
+engine. Project numerics convention: every activation in f32 (or f64 if requested), weights widened,
+no intermediate bf16 rounding anywhere (residual, RMSNorm output, matmul outputs, y before the gated norm).
+
+Module API
+    cfg, tensors = load_checkpoint(dir)            # config dict + {name: torch.Tensor(f32)}
+    model = NemotronH(cfg, tensors, dtype=torch.float32)
+    state = model.new_state()
+    logits = model.forward(ids, state)             # [T, V]; continues from the cached state
+    prompt_rows, tokens, decode_rows = greedy(model, prompt, n_gen)
+
+CLI
+    /usr/bin/python3 tools/reference/nemotron_ref.py --model DIR --ids 1,2,3 --gen N --out PREFIX
+writes PREFIX.json ({"prompt","tokens","vocab","prefill_rows","decode_rows"}) and PREFIX.f32 (little-endian
+float32 logits: T prefill rows, then N-1 decode rows, row-major [rows, V]).  Optional: --force-tokens a,b,c
+(teacher forcing: feed these tokens instead of the reference's own argmax, for comparing against another
+engine after a divergence), --dtype f64, --mtp-dump (writes PREFIX.mtp.f32, see mtp_dump()).
+"""
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+# ----------------------------------------------------------------------------------------------------------
+# safetensors / config reading (no safetensors package available)
+# ----------------------------------------------------------------------------------------------------------
+
+_NP_DTYPES = {
+    "F64": np.float64, "F32": np.float32, "F16": np.float16,
+    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
+}
+
+
+def read_safetensors(path, names=None):
+    """Return {name: torch.Tensor} with float tensors widened to float32 (ints kept as int64)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n).decode("utf-8"))
+    base = 8 + n
+    mm = np.memmap(path, dtype=np.uint8, mode="r")
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if names is not None and name not in names:
+            continue
+        dt = info["dtype"]
+        shape = [int(s) for s in info["shape"]]
+        b, e = info["data_offsets"]
+        raw = mm[base + b: base + e]
+        if dt == "BF16":
+            u16 = np.frombuffer(raw.tobytes(), dtype="<u2")
+            arr = (u16.astype(np.uint32) << 16).view(np.float32)
+        elif dt in _NP_DTYPES:
+            npdt = np.dtype(_NP_DTYPES[dt]).newbyteorder("<")
+            arr = np.frombuffer(raw.tobytes(), dtype=npdt)
+            if arr.dtype.kind == "f":
+                arr = arr.astype(np.float32)
+            elif arr.dtype.kind in "iub":
+                arr = arr.astype(np.int64)
+        else:
+            raise ValueError(f"{path}: tensor {name}: unsupported dtype {dt}")
+        count = int(np.prod(shape)) if shape else 1
+        if arr.size != count:
+            raise ValueError(f"{path}: tensor {name}: {arr.size} elements for shape {shape}")
+        out[name] = torch.from_numpy(np.ascontiguousarray(arr).reshape(shape))
+    return out
+
+
+def write_safetensors(path, tensors):
+    """Minimal writer (f32 only) - used by tests to build checkpoints without the engine."""
+    header = {}
+    off = 0
+    blobs = []
+    for name, t in tensors.items():
+        a = np.ascontiguousarray(t.detach().cpu().numpy().astype("<f4"))
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        blobs.append(a.tobytes())
+        off += a.nbytes
+    hb = json.dumps(header).encode("utf-8")
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hb)))
+        f.write(hb)
+        for b in blobs:
+            f.write(b)
+
+
+def load_checkpoint(model_dir):
+    """Read config.json and all safetensors (single file or sharded via model.safetensors.index.json)."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)  # python json accepts bare Infinity / NaN
+    idx = os.path.join(model_dir, "model.safetensors.index.json")
+    files = []
+    if os.path.exists(idx):
+        with open(idx) as f:
+            wm = json.load(f)["weight_map"]
+        files = sorted(set(wm.values()))
+    elif os.path.exists(os.path.join(model_dir, "model.safetensors")):
+        files = ["model.safetensors"]
+    else:
+        files = sorted(p for p in os.listdir(model_dir) if p.endswith(".safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no safetensors in {model_dir}")
+    tensors = {}
+    for fn in files:
+        tensors.update(read_safetensors(os.path.join(model_dir, fn)))
+    return cfg, tensors
+
+
+# ----------------------------------------------------------------------------------------------------------
+# config
+# ----------------------------------------------------------------------------------------------------------
+
+_KIND = {
+    "mamba": "M", "linear_attention": "M", "m": "M",
+    "attention": "*", "full_attention": "*", "*": "*",
+    "moe": "E", "e": "E",
+    "mlp": "-", "-": "-",
+}
+
+
+def _kinds_from(lst_or_pattern):
+    if isinstance(lst_or_pattern, str):
+        s = lst_or_pattern.replace("|", "")
+        out = []
+        for ch in s:
+            if ch not in "M*E-":
+                raise ValueError(f"bad pattern char {ch!r}")
+            out.append(ch)
+        return out
+    out = []
+    for k in lst_or_pattern:
+        kk = _KIND.get(str(k).lower())
+        if kk is None:
+            raise ValueError(f"unknown layer kind {k!r}")
+        out.append(kk)
+    return out
+
+
+class Config:
+    def __init__(self, d):
+        g = d.get
+
+        def first(*keys, default=None):
+            for k in keys:
+                if k in d and d[k] is not None:
+                    return d[k]
+            return default
+
+        if first("layers_block_type", "layer_types") is not None:
+            self.kinds = _kinds_from(first("layers_block_type", "layer_types"))
+        elif g("hybrid_override_pattern") is not None:
+            self.kinds = _kinds_from(g("hybrid_override_pattern"))
+        else:
+            raise ValueError("config has neither layers_block_type nor hybrid_override_pattern")
+        self.L = len(self.kinds)
+        self.H = int(g("hidden_size"))
+        self.V = int(g("vocab_size"))
+        self.eps = float(first("layer_norm_epsilon", "rms_norm_eps", "norm_eps", default=1e-5))
+        self.tie = bool(g("tie_word_embeddings", False))
+        # mamba
+        self.NH = int(first("mamba_num_heads", default=0) or 0)
+        self.P = int(first("mamba_head_dim", default=0) or 0)
+        self.G = int(first("n_groups", "mamba_n_groups", default=1))
+        self.N = int(first("ssm_state_size", default=0) or 0)
+        self.K = int(first("conv_kernel", "mamba_d_conv", default=4))
+        self.conv_bias = bool(first("use_conv_bias", "mamba_conv_bias", default=True))
+        lim = first("time_step_limit", "mamba_dt_limit", default=[0.0, float("inf")])
+        self.dt_lo, self.dt_hi = float(lim[0]), float(lim[1])
+        self.DI = self.NH * self.P
+        self.CD = self.DI + 2 * self.G * self.N
+        # attention
+        self.HQ = int(first("num_attention_heads", default=0) or 0)
+        self.HKV = int(first("num_key_value_heads", default=self.HQ) or self.HQ)
+        hd = first("head_dim", "attention_head_dim")
+        self.HD = int(hd) if hd is not None else (self.H // self.HQ if self.HQ else 0)
+        # moe
+        self.E = int(first("n_routed_experts", default=0) or 0)
+        self.topk = int(first("num_experts_per_tok", default=0) or 0)
+        self.F = int(first("moe_intermediate_size", default=0) or 0)
+        self.n_shared = int(first("n_shared_experts", default=1) or 0)
+        self.FS = int(first("moe_shared_expert_intermediate_size", default=0) or 0)
+        self.norm_topk = bool(first("norm_topk_prob", default=True))
+        self.rscale = float(first("routed_scaling_factor", default=1.0))
+        self.n_group = int(first("n_group", default=1) or 1)
+        self.topk_group = int(first("topk_group", default=1) or 1)
+        self.latent = first("moe_latent_size")
+        # dense mlp (may be a per-mlp-layer list)
+        self.inter = first("intermediate_size", default=0)
+        # mtp
+        self.n_mtp = int(first("num_nextn_predict_layers", default=0) or 0)
+        mk = first("mtp_layers_block_type", "mtp_hybrid_override_pattern")
+        self.mtp_kinds = _kinds_from(mk) if mk is not None else ["*", "E"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# math helpers (spec §2, §3.4, §3.7)
+# ----------------------------------------------------------------------------------------------------------
+
+def rmsnorm(x, w, eps):
+    """x * rsqrt(mean(x^2) + eps) * w, all in x.dtype (no bf16 rounding; project convention)."""
+    return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * w
+
+
+def silu(x):
+    return x * torch.sigmoid(x)
+
+
+def softplus20(v):
+    """softplus with threshold 20: v if v > 20 else log1p(exp(v))."""
+    return torch.where(v > 20.0, v, torch.log1p(torch.exp(torch.clamp(v, max=20.0))))
+
+
+def gated_group_rmsnorm(y, z, w, groups, eps):
+    """u = y*silu(z); RMS-normalise each of `groups` contiguous channel groups; multiply by w. y,z: [T, DI]."""
+    u = y * silu(z)
+    T, DI = u.shape
+    ug = u.reshape(T, groups, DI // groups)
+    ug = ug * torch.rsqrt((ug * ug).mean(dim=-1, keepdim=True) + eps)
+    return ug.reshape(T, DI) * w
+
+
+def ssm_scan_sequential(x, dt, A, B, C, D, S0, heads_per_group):
+    """Sequential SSM recurrence (spec §3.5).
+
+    x: [T, NH, P]; dt: [T, NH] (post softplus/clamp); A: [NH] (negative); B, C: [T, G, N]; D: [NH];
+    S0: [NH, P, N] initial state. Returns y [T, NH, P], S_final [NH, P, N].
+    S = S*exp(dt*A) + (B*dt)*x ; y = S·C + D*x
+    """
+    T = x.shape[0]
+    S = S0.clone()
+    ys = []
+    for t in range(T):
+        Bh = B[t].repeat_interleave(heads_per_group, dim=0)      # [NH, N]  (head h -> group h // hpg)
+        Ch = C[t].repeat_interleave(heads_per_group, dim=0)      # [NH, N]
+        dA = torch.exp(dt[t] * A)                                # [NH]
+        dB = Bh * dt[t][:, None]                                 # [NH, N]
+        S = S * dA[:, None, None] + dB[:, None, :] * x[t][:, :, None]
+        y = (S * Ch[:, None, :]).sum(dim=-1) + D[:, None] * x[t]
+        ys.append(y)
+    return torch.stack(ys, 0), S
+
+
+def topk_lowest_index(scores, k):
+    """Indices of the k largest entries per row; ties broken towards the lowest index. scores: [T, E]."""
+    _, idx = torch.sort(scores, dim=-1, descending=True, stable=True)
+    return idx[:, :k]
+
+
+def argmax_lowest(row):
+    """argmax with ties -> lowest index (numpy's argmax returns the first occurrence)."""
+    return int(np.argmax(np.asarray(row)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# model
+# ----------------------------------------------------------------------------------------------------------
+
+class LayerState:
+    __slots__ = ("conv", "ssm", "k", "v")
+
+    def __init__(self):
+        self.conv = None
+        self.ssm = None
+        self.k = None
+        self.v = None
+
+
+class State:
+    """Decode cache: per layer (Mamba conv window of K-1 raw xBC rows + SSM state; attention K/V)."""
+
+    def __init__(self, n_layers):
+        self.layers = [LayerState() for _ in range(n_layers)]
+        self.pos = 0
+
+
+class NemotronH:
+    def __init__(self, cfg_dict, tensors, dtype=torch.float32):
+        self.cfg = Config(cfg_dict)
+        self.dtype = dtype
+        c = self.cfg
+        t = {}
+        for k, v in tensors.items():
+            # accept model.* (re-saved HF) as well as backbone.*; embedding vs embeddings
+            if k.startswith("model."):
+                k = "backbone." + k[len("model."):]
+            if k == "backbone.embedding.weight":
+                k = "backbone.embeddings.weight"
+            t[k] = v.to(dtype) if v.is_floating_point() else v
+        self.t = t
+        if "lm_head.weight" not in t:
+            if not c.tie:
+                raise KeyError("lm_head.weight missing (and tie_word_embeddings is false)")
+            t["lm_head.weight"] = t["backbone.embeddings.weight"]
+        self._check_shapes()
+
+    def W(self, name):
+        try:
+            return self.t[name]
+        except KeyError:
+            raise KeyError(f"missing tensor {name}") from None
+
+    def _check_shapes(self):
+        c = self.cfg
+        exp = {"backbone.embeddings.weight": (c.V, c.H), "backbone.norm_f.weight": (c.H,),
+               "lm_head.weight": (c.V, c.H)}
+        for i, kind in enumerate(c.kinds):
+            p = f"backbone.layers.{i}."
+            exp[p + "norm.weight"] = (c.H,)
+            if kind == "M":
+                exp[p + "mixer.in_proj.weight"] = (c.DI + c.CD + c.NH, c.H)
+                exp[p + "mixer.conv1d.weight"] = (c.CD, 1, c.K)
+                exp[p + "mixer.out_proj.weight"] = (c.H, c.DI)
+                exp[p + "mixer.norm.weight"] = (c.DI,)
+            elif kind == "*":
+                exp[p + "mixer.q_proj.weight"] = (c.HQ * c.HD, c.H)
+                exp[p + "mixer.k_proj.weight"] = (c.HKV * c.HD, c.H)
+                exp[p + "mixer.v_proj.weight"] = (c.HKV * c.HD, c.H)
+                exp[p + "mixer.o_proj.weight"] = (c.H, c.HQ * c.HD)
+            elif kind == "E":
+                exp[p + "mixer.gate.weight"] = (c.E, c.H)
+        for k, s in exp.items():
+            got = tuple(self.W(k).shape)
+            if got != s:
+                raise ValueError(f"{k}: shape {got}, expected {s}")
+
+    def new_state(self):
+        return State(self.cfg.L)
+
+    # -- mixers ------------------------------------------------------------------------------------------
+
+    def mamba(self, i, hn, ls):
+        c = self.cfg
+        p = f"backbone.layers.{i}.mixer."
+        T = hn.shape[0]
+        zxbcdt = hn @ self.W(p + "in_proj.weight").t()
+        z = zxbcdt[:, :c.DI]
+        xBC = zxbcdt[:, c.DI:c.DI + c.CD]
+        dt_raw = zxbcdt[:, c.DI + c.CD:c.DI + c.CD + c.NH]
+        # causal depthwise conv over [window(K-1 raw rows) ; new rows]; tap K-1 multiplies the newest input
+        if ls.conv is None:
+            ls.conv = torch.zeros(c.K - 1, c.CD, dtype=self.dtype)
+        xpad = torch.cat([ls.conv, xBC], 0)                      # [K-1+T, CD]
+        w = self.W(p + "conv1d.weight").reshape(c.CD, c.K)
+        acc = torch.zeros(T, c.CD, dtype=self.dtype)
+        if c.conv_bias:
+            acc = acc + self.W(p + "conv1d.bias")
+        for k in range(c.K):
+            acc = acc + w[:, k] * xpad[k:k + T]
+        ls.conv = xpad[xpad.shape[0] - (c.K - 1):].clone()
+        xBC = silu(acc)
+        x = xBC[:, :c.DI].reshape(T, c.NH, c.P)
+        B = xBC[:, c.DI:c.DI + c.G * c.N].reshape(T, c.G, c.N)
+        C = xBC[:, c.DI + c.G * c.N:].reshape(T, c.G, c.N)
+        dt = softplus20(dt_raw + self.W(p + "dt_bias"))
+        if c.dt_lo > 0.0:
+            dt = torch.clamp(dt, min=c.dt_lo)
+        if math.isfinite(c.dt_hi):
+            dt = torch.clamp(dt, max=c.dt_hi)
+        A = -torch.exp(self.W(p + "A_log"))
+        if ls.ssm is None:
+            ls.ssm = torch.zeros(c.NH, c.P, c.N, dtype=self.dtype)
+        y, ls.ssm = ssm_scan_sequential(x, dt, A, B, C, self.W(p + "D"), ls.ssm, c.NH // c.G)
+        u = gated_group_rmsnorm(y.reshape(T, c.DI), z, self.W(p + "norm.weight"), c.G, c.eps)
+        return u @ self.W(p + "out_proj.weight").t()
+
+    def attention(self, i, hn, ls, prefix=None):
+        c = self.cfg
+        p = prefix if prefix is not None else f"backbone.layers.{i}.mixer."
+        T = hn.shape[0]
+        q = (hn @ self.W(p + "q_proj.weight").t()).reshape(T, c.HQ, c.HD)
+        k = (hn @ self.W(p + "k_proj.weight").t()).reshape(T, c.HKV, c.HD)
+        v = (hn @ self.W(p + "v_proj.weight").t()).reshape(T, c.HKV, c.HD)
+        past = 0 if ls.k is None else ls.k.shape[0]
+        ls.k = k if ls.k is None else torch.cat([ls.k, k], 0)
+        ls.v = v if ls.v is None else torch.cat([ls.v, v], 0)
+        Lk = ls.k.shape[0]
+        rep = c.HQ // c.HKV
+        kk = ls.k.repeat_interleave(rep, dim=1)                  # q head i uses kv head i // rep
+        vv = ls.v.repeat_interleave(rep, dim=1)
+        s = torch.einsum("thd,lhd->htl", q, kk) * (c.HD ** -0.5)   # [HQ, T, Lk]
+        tpos = torch.arange(T)[:, None] + past
+        lpos = torch.arange(Lk)[None, :]
+        s = s.masked_fill((lpos > tpos)[None], float("-inf"))
+        pr = torch.softmax(s, dim=-1)
+        o = torch.einsum("htl,lhd->thd", pr, vv).reshape(T, c.HQ * c.HD)
+        return o @ self.W(p + "o_proj.weight").t()
+
+    @staticmethod
+    def relu2_mlp(x, up, down):
+        a = torch.relu(x @ up.t())
+        return (a * a) @ down.t()
+
+    def route(self, hn, p):
+        """Returns (idx [T,k] ascending expert index, weights [T,k]) - spec §5.2."""
+        c = self.cfg
+        logits = hn @ self.W(p + "gate.weight").t()              # [T, E]
+        s = torch.sigmoid(logits)
+        bias_name = p + "gate.e_score_correction_bias"
+        sel = s + self.t[bias_name] if bias_name in self.t else s.clone()
+        if c.n_group > 1:
+            T = sel.shape[0]
+            gs = sel.reshape(T, c.n_group, c.E // c.n_group)
+            gscore = torch.sort(gs, dim=-1, descending=True).values[..., :2].sum(-1)   # [T, n_group]
+            keep = topk_lowest_index(gscore, c.topk_group)
+            mask = torch.zeros(T, c.n_group, dtype=torch.bool)
+            mask.scatter_(1, keep, True)
+            sel = sel.masked_fill(~mask.repeat_interleave(c.E // c.n_group, dim=1), float("-inf"))
+        idx = topk_lowest_index(sel, c.topk)
+        idx, _ = torch.sort(idx, dim=-1)                          # ascending expert order for summation
+        w = torch.gather(s, 1, idx)
+        if c.norm_topk:
+            w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+        w = w * c.rscale
+        return idx, w
+
+    def moe(self, i, hn, prefix=None):
+        c = self.cfg
+        p = prefix if prefix is not None else f"backbone.layers.{i}.mixer."
+        T = hn.shape[0]
+        idx, w = self.route(hn, p)
+        xin = hn
+        if c.latent:
+            xin = hn @ self.W(p + "fc1_latent_proj.weight").t()
+        routed = torch.zeros(T, xin.shape[1], dtype=self.dtype)
+        # loop experts ascending: each token receives its contributions in ascending expert order
+        for e in range(c.E):
+            hit = (idx == e)
+            rows = hit.any(dim=1).nonzero(as_tuple=True)[0]
+            if rows.numel() == 0:
+                continue
+            we = (w * hit).sum(dim=1)[rows]                       # exactly one hit per row
+            out = self.relu2_mlp(xin[rows], self.W(p + f"experts.{e}.up_proj.weight"),
+                                 self.W(p + f"experts.{e}.down_proj.weight"))
+            routed[rows] = routed[rows] + we[:, None] * out
+        if c.latent:
+            routed = routed @ self.W(p + "fc2_latent_proj.weight").t()
+        o = routed
+        if p + "shared_experts.up_proj.weight" in self.t:
+            o = o + self.relu2_mlp(hn, self.W(p + "shared_experts.up_proj.weight"),
+                                   self.W(p + "shared_experts.down_proj.weight"))
+        return o
+
+    def mlp(self, i, hn):
+        p = f"backbone.layers.{i}.mixer."
+        return self.relu2_mlp(hn, self.W(p + "up_proj.weight"), self.W(p + "down_proj.weight"))
+
+    # -- forward -----------------------------------------------------------------------------------------
+
+    def hidden(self, ids, state):
+        """Run tokens `ids` (continuing `state`); returns post-norm_f hidden [T, H]."""
+        c = self.cfg
+        ids_t = torch.as_tensor(list(ids), dtype=torch.long)
+        if ids_t.numel() == 0:
+            raise ValueError("empty token list")
+        if int(ids_t.min()) < 0 or int(ids_t.max()) >= c.V:
+            raise ValueError("token id out of range")
+        h = self.W("backbone.embeddings.weight")[ids_t]
+        for i, kind in enumerate(c.kinds):
+            hn = rmsnorm(h, self.W(f"backbone.layers.{i}.norm.weight"), c.eps)
+            ls = state.layers[i]
+            if kind == "M":
+                o = self.mamba(i, hn, ls)
+            elif kind == "*":
+                o = self.attention(i, hn, ls)
+            elif kind == "E":
+                o = self.moe(i, hn)
+            else:
+                o = self.mlp(i, hn)
+            h = h + o
+        state.pos += len(ids_t)
+        return rmsnorm(h, self.W("backbone.norm_f.weight"), c.eps)
+
+    def logits(self, hf):
+        return hf @ self.W("lm_head.weight").t()
+
+    def forward(self, ids, state):
+        return self.logits(self.hidden(ids, state))
+
+    # -- MTP (spec §6.2) ---------------------------------------------------------------------------------
+
+    def new_mtp_state(self):
+        return State(len(self.cfg.mtp_kinds))
+
+    def mtp_step(self, h_postnorm, next_ids, mtp_state):
+        """One MTP application for T slots: h_postnorm [T, H] (post-norm_f target hidden or previous MTP h'),
+        next_ids [T] (the token after each slot). Appends to the MTP KV cache. Returns (logits [T,V], h' [T,H])."""
+        c = self.cfg
+        ids_t = torch.as_tensor(list(next_ids), dtype=torch.long)
+        e = self.W("backbone.embeddings.weight")[ids_t]
+        p0 = "mtp.layers.0."
+        x = torch.cat([rmsnorm(e, self.W(p0 + "enorm.weight"), c.eps),
+                       rmsnorm(h_postnorm.to(self.dtype), self.W(p0 + "hnorm.weight"), c.eps)], dim=1)
+        x = x @ self.W(p0 + "eh_proj.weight").t()
+        nsub = len(c.mtp_kinds)
+        for j, kind in enumerate(c.mtp_kinds):
+            p = f"mtp.layers.{j}."
+            hn = rmsnorm(x, self.W(p + "norm.weight"), c.eps)
+            if kind == "*":
+                o = self.attention(None, hn, mtp_state.layers[j], prefix=p + "mixer.")
+            elif kind == "E":
+                o = self.moe(None, hn, prefix=p + "mixer.")
+            elif kind == "-":
+                o = self.relu2_mlp(hn, self.W(p + "mixer.up_proj.weight"), self.W(p + "mixer.down_proj.weight"))
+            else:
+                raise NotImplementedError("Mamba sub-layer in MTP module")
+            x = x + o
+        mtp_state.pos += len(ids_t)
+        hp = rmsnorm(x, self.W(f"mtp.layers.{nsub - 1}.final_layernorm.weight"), c.eps)
+        return self.logits(hp), hp
+
+
+# ----------------------------------------------------------------------------------------------------------
+# greedy generation / dump
+# ----------------------------------------------------------------------------------------------------------
+
+def greedy(model, prompt, n_gen, force_tokens=None, return_hidden=False):
+    """Prefill `prompt` (logits for every position), then greedy-decode n_gen tokens g0..g{n-1}.
+
+    g0 = argmax(last prefill row); each g_j (j < n-1) is then fed one token at a time -> one decode row.
+    If force_tokens is given, the fed tokens are force_tokens[j] instead of the reference's own argmax
+    (the returned `tokens` are still the reference's own argmax choices at every step).
+    Returns (prefill_logits [T,V] np.float32, tokens list, decode_logits [n-1, V] np.float32[, hiddens]).
+    """
+    st = model.new_state()
+    with torch.no_grad():
+        hf = model.hidden(prompt, st)
+        pre = model.logits(hf)
+        hid = [hf]
+        tokens = []
+        dec = []
+        row = pre[-1]
+        for j in range(n_gen):
+            g = argmax_lowest(row.to(torch.float64).numpy())
+            tokens.append(g)
+            if j == n_gen - 1:
+                break
+            feed = g if force_tokens is None else int(force_tokens[j])
+            h1 = model.hidden([feed], st)
+            row = model.logits(h1)[0]
+            hid.append(h1)
+            dec.append(row)
+    pre_np = pre.to(torch.float32).numpy()
+    V = pre_np.shape[1]
+    dec_np = torch.stack(dec).to(torch.float32).numpy() if dec else np.zeros((0, V), np.float32)
+    if return_hidden:
+        return pre_np, tokens, dec_np, torch.cat(hid, 0)
+    return pre_np, tokens, dec_np
+
+
+def mtp_dump(model, prompt, tokens, hiddens):
+    """MTP logits for each prompt slot i: pairs (h_i, t_{i+1}); the last slot uses the greedy token g0.
+    hiddens: post-norm_f hidden rows (first len(prompt) rows are the prompt's). Returns [T, V] float32."""
+    T = len(prompt)
+    nxt = list(prompt[1:]) + [tokens[0]]
+    st = model.new_mtp_state()
+    with torch.no_grad():
+        lg, _ = model.mtp_step(hiddens[:T], nxt, st)
+    return lg.to(torch.float32).numpy()
+
+
+def write_dump(prefix, prompt, tokens, vocab, pre, dec):
+    meta = {"prompt": [int(x) for x in prompt], "tokens": [int(x) for x in tokens], "vocab": int(vocab),
+            "prefill_rows": int(pre.shape[0]), "decode_rows": int(dec.shape[0])}
+    with open(prefix + ".json", "w") as f:
+        json.dump(meta, f)
+    with open(prefix + ".f32", "wb") as f:
+        f.write(np.ascontiguousarray(pre, dtype="<f4").tobytes())
+        f.write(np.ascontiguousarray(dec, dtype="<f4").tobytes())
+
+
+def read_dump(prefix):
+    """Read PREFIX.json / PREFIX.f32 -> (meta, prefill [T,V], decode [R,V])."""
+    with open(prefix + ".json") as f:
+        meta = json.load(f)
+    V = int(meta["vocab"])
+    T = int(meta["prefill_rows"])
+    R = int(meta["decode_rows"])
+    data = np.fromfile(prefix + ".f32", dtype="<f4")
+    if data.size != (T + R) * V:
+        raise ValueError(f"{prefix}.f32: {data.size} floats, expected ({T}+{R})*{V}={(T + R) * V}")
+    data = data.reshape(T + R, V)
+    return meta, data[:T], data[T:]
+
+
+def _parse_ids(s):
+    return [int(x) for x in s.replace(" ", "").split(",") if x != ""]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Nemotron-H PyTorch reference forward / greedy dump")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--ids", required=True, help="comma-separated prompt token ids")
+    ap.add_argument("--gen", type=int, default=1, help="number of greedy tokens (>= 1)")
+    ap.add_argument("--out", required=True, help="output prefix (PREFIX.json, PREFIX.f32)")
+    ap.add_argument("--dtype", choices=["f32", "f64"], default="f32")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--force-tokens", default=None, help="teacher-forced decode tokens (comma-separated)")
+    ap.add_argument("--mtp-dump", action="store_true", help="also write PREFIX.mtp.f32 [T, V]")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(max(1, a.threads))
+    if a.gen < 1:
+        ap.error("--gen must be >= 1")
+    cfg, tensors = load_checkpoint(a.model)
+    model = NemotronH(cfg, tensors, dtype=torch.float64 if a.dtype == "f64" else torch.float32)
+    prompt = _parse_ids(a.ids)
+    force = _parse_ids(a.force_tokens) if a.force_tokens else None
+    pre, toks, dec, hid = greedy(model, prompt, a.gen, force_tokens=force, return_hidden=True)
+    write_dump(a.out, prompt, toks, model.cfg.V, pre, dec)
+    if a.mtp_dump:
+        if model.cfg.n_mtp < 1:
+            print("warning: config has no MTP layers (num_nextn_predict_layers=0); trying mtp.* anyway",
+                  file=sys.stderr)
+        lg = mtp_dump(model, prompt, toks, hid)
+        with open(a.out + ".mtp.f32", "wb") as f:
+            f.write(np.ascontiguousarray(lg, dtype="<f4").tobytes())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
