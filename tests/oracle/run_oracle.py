@@ -1,0 +1,277 @@
+#!/usr/bin/python3
+"""Oracle test: the C++ engine (`nemotron dump`) against the independent PyTorch reference.
+
+    /usr/bin/python3 tests/oracle/run_oracle.py --nemotron build/nemotron [--keep DIR] [--model DIR]
+
+Default: run the reference self-check suite, then for each preset (tiny-a, tiny-b, tiny-c) write a synthetic
+f32 checkpoint with `nemotron synth --preset NAME --dtype f32 --seed S --out DIR`, and for seeded random prompts of
+1, 7 and 140 tokens (140 crosses the 128-row SSD chunk boundary) compare `nemotron dump ... --gen 64` with the
+reference: every prefill/decode logit row must have max|engine-ref| / max|ref| <= 1e-4 and the 64 greedy
+tokens must be identical.  The reference is teacher-forced with the engine's tokens so that every decode row
+compares the same context even after a divergence; its own argmax at each step gives the reference tokens.
+
+--model DIR runs against an existing checkpoint instead of the presets (prompt lengths from --lens, default 7).
+--keep DIR keeps checkpoints and both dumps (DIR/<case>/{engine,ref}.{json,f32}).
+Last line of output: `oracle: P passed, F failed`; exit status 1 if anything failed.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "reference"))
+import nemotron_ref as ref  # noqa: E402
+
+DEFAULT_PRESETS = [("tiny-a", 101), ("tiny-b", 202), ("tiny-c", 303)]
+DEFAULT_LENS = [1, 7, 140]
+
+
+def row_rel_errors(eng, refm):
+    """Per-row max|a-b| / max|b| (b = reference)."""
+    a = eng.astype(np.float64)
+    b = refm.astype(np.float64)
+    num = np.max(np.abs(a - b), axis=1) if a.size else np.zeros(0)
+    den = np.max(np.abs(b), axis=1) if b.size else np.zeros(0)
+    den = np.where(den > 0, den, 1.0)
+    out = num / den
+    out[~np.isfinite(num)] = np.inf
+    return out
+
+
+def top2(row):
+    order = np.argsort(-row.astype(np.float64), kind="stable")
+    return int(order[0]), float(row[order[0]]), int(order[1]), float(row[order[1]])
+
+
+def run_cmd(cmd, timeout):
+    t0 = time.time()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), time.time() - t0
+
+
+class Case:
+    def __init__(self, name):
+        self.name = name
+        self.ok = True
+        self.lines = []
+
+    def fail(self, msg):
+        self.ok = False
+        self.lines.append("  FAIL: " + msg)
+
+    def info(self, msg):
+        self.lines.append("  " + msg)
+
+
+def compare_case(case, args, model_dir, model32, prompt, work):
+    os.makedirs(work, exist_ok=True)
+    pe = os.path.join(work, "engine")
+    pr = os.path.join(work, "ref")
+    ids = ",".join(str(x) for x in prompt)
+    cmd = [args.nemotron, "dump", "--model", model_dir, "--ids", ids, "--gen", str(args.gen), "--out", pe]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    try:
+        rc, out, te = run_cmd(cmd, args.timeout)
+    except subprocess.TimeoutExpired:
+        case.fail(f"engine dump timed out after {args.timeout}s: {' '.join(cmd)}")
+        return
+    if rc != 0:
+        case.fail(f"engine dump exited {rc}: {' '.join(cmd)}\n" + "\n".join("    | " + l for l in out.splitlines()[-15:]))
+        return
+    try:
+        meta, epre, edec = ref.read_dump(pe)
+    except Exception as e:  # noqa: BLE001
+        case.fail(f"cannot read engine dump {pe}.json/.f32: {e}")
+        return
+    T = len(prompt)
+    V = model32.cfg.V
+    problems = []
+    if meta.get("prompt") != prompt:
+        problems.append(f"prompt in engine json differs ({str(meta.get('prompt'))[:80]})")
+    if meta.get("vocab") != V:
+        problems.append(f"vocab {meta.get('vocab')} != {V}")
+    if meta.get("prefill_rows") != T:
+        problems.append(f"prefill_rows {meta.get('prefill_rows')} != {T}")
+    if meta.get("decode_rows") != args.gen - 1:
+        problems.append(f"decode_rows {meta.get('decode_rows')} != {args.gen - 1}")
+    etoks = [int(x) for x in meta.get("tokens", [])]
+    if len(etoks) != args.gen:
+        problems.append(f"{len(etoks)} tokens, expected {args.gen}")
+    if problems:
+        for p in problems:
+            case.fail("engine dump format: " + p)
+        return
+    t0 = time.time()
+    rpre, rtoks, rdec = ref.greedy(model32, prompt, args.gen, force_tokens=etoks)
+    tr = time.time() - t0
+    ref.write_dump(pr, prompt, rtoks, V, rpre, rdec)
+
+    ep = row_rel_errors(epre, rpre)
+    ed = row_rel_errors(edec, rdec)
+    wp = int(np.argmax(ep))
+    msg = f"prefill max rel {ep[wp]:.2e} (row {wp}/{T})"
+    if len(ed):
+        wd = int(np.argmax(ed))
+        msg += f", decode max rel {ed[wd]:.2e} (row {wd}/{len(ed)})"
+    case.info(msg + f"  [engine {te:.1f}s, ref {tr:.1f}s]")
+    bad_p = np.nonzero(ep > args.tol)[0]
+    bad_d = np.nonzero(ed > args.tol)[0]
+    if not np.all(np.isfinite(epre)) or not np.all(np.isfinite(edec)):
+        case.fail("engine logits contain NaN/Inf")
+    if len(bad_p):
+        case.fail(f"{len(bad_p)}/{T} prefill rows exceed {args.tol:g}; first at row {bad_p[0]} "
+                  f"(rel {ep[bad_p[0]]:.3e}); rows: {bad_p[:12].tolist()}{' ...' if len(bad_p) > 12 else ''}")
+    if len(bad_d):
+        case.fail(f"{len(bad_d)}/{len(ed)} decode rows exceed {args.tol:g}; first at decode row {bad_d[0]} "
+                  f"(position {T + bad_d[0]}, rel {ed[bad_d[0]]:.3e}); rows: {bad_d[:12].tolist()}"
+                  f"{' ...' if len(bad_d) > 12 else ''}")
+    # greedy tokens
+    div = next((j for j in range(args.gen) if etoks[j] != rtoks[j]), None)
+    if div is None:
+        case.info(f"greedy tokens: {args.gen}/{args.gen} identical")
+    else:
+        erow = epre[-1] if div == 0 else edec[div - 1]
+        rrow = rpre[-1] if div == 0 else rdec[div - 1]
+        ei, ev, ej, ew = top2(erow)
+        ri, rv, rj, rw = top2(rrow)
+        case.fail(f"greedy tokens diverge at generated token {div} (position {T + div}): engine {etoks[div]} vs "
+                  f"ref {rtoks[div]}; engine top2 {ei}:{ev:.6g} {ej}:{ew:.6g} (margin {ev - ew:.3e}); "
+                  f"ref top2 {ri}:{rv:.6g} {rj}:{rw:.6g} (margin {rv - rw:.3e})")
+    if not case.ok and args.diagnose:
+        diagnose(case, model_dir, prompt, etoks, epre, edec, rpre, rdec, args)
+
+
+def diagnose(case, model_dir, prompt, etoks, epre, edec, rpre, rdec, args):
+    """On failure: compare both sides with an f64 reference to say which one is off."""
+    try:
+        cfg, tensors = ref.load_checkpoint(model_dir)
+        m64 = ref.NemotronH(cfg, tensors, dtype=torch.float64)
+        p64, _, d64 = ref.greedy(m64, prompt, args.gen, force_tokens=etoks)
+        e_eng = max(row_rel_errors(epre, p64).max(initial=0), row_rel_errors(edec, d64).max(initial=0))
+        e_ref = max(row_rel_errors(rpre, p64).max(initial=0), row_rel_errors(rdec, d64).max(initial=0))
+        case.info(f"diagnosis vs f64 reference: engine max rel {e_eng:.3e}, f32 reference max rel {e_ref:.3e} "
+                  f"-> {'ENGINE' if e_eng > 10 * max(e_ref, 1e-7) else 'unclear (both drift)'} is off")
+        kinds = "".join(m64.cfg.kinds)
+        case.info(f"model layer pattern: {kinds}")
+    except Exception as e:  # noqa: BLE001
+        case.info(f"diagnosis failed: {e}")
+
+
+def prompt_for(seed, length, V):
+    rng = np.random.default_rng(seed * 7919 + length)
+    return [int(x) for x in rng.integers(0, V, size=length)]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nemotron", required=True, help="path to the nemotron binary")
+    ap.add_argument("--keep", default=None, help="keep checkpoints and dumps in this directory")
+    ap.add_argument("--model", default=None, help="run against this existing checkpoint instead of presets")
+    ap.add_argument("--presets", default=",".join(p for p, _ in DEFAULT_PRESETS),
+                    help="comma list of synth presets (optionally NAME:SEED)")
+    ap.add_argument("--lens", default=None, help="prompt lengths (default 1,7,140; 7 with --model)")
+    ap.add_argument("--gen", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0, help="prompt seed offset")
+    ap.add_argument("--threads", type=int, default=2, help="--threads passed to the engine (0 = omit)")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--timeout", type=int, default=300, help="per engine command, seconds")
+    ap.add_argument("--skip-selfcheck", action="store_true")
+    ap.add_argument("--no-diagnose", dest="diagnose", action="store_false")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    passed = failed = 0
+    t_start = time.time()
+
+    if not args.skip_selfcheck:
+        import test_reference_selfcheck as sc
+        n, nf, text = sc.run()
+        if nf == 0:
+            print(f"PASS selfcheck: {n} reference self-consistency tests")
+            passed += 1
+        else:
+            print(f"FAIL selfcheck: {nf}/{n} reference self-consistency tests failed")
+            print(text)
+            failed += 1
+        sys.stdout.flush()
+
+    if not (os.path.isfile(args.nemotron) and os.access(args.nemotron, os.X_OK)):
+        print(f"FAIL engine binary not found or not executable: {args.nemotron}")
+        failed += 1
+        print(f"oracle: {passed} passed, {failed} failed")
+        return 1
+
+    root = args.keep or tempfile.mkdtemp(prefix="nemotron-oracle-")
+    os.makedirs(root, exist_ok=True)
+    try:
+        if args.model:
+            targets = [(os.path.basename(os.path.normpath(args.model)) or "model", None, args.model)]
+            lens = [int(x) for x in (args.lens or "7").split(",")]
+        else:
+            targets = []
+            for item in args.presets.split(","):
+                name, _, s = item.partition(":")
+                seed = int(s) if s else dict(DEFAULT_PRESETS).get(name, 1)
+                targets.append((name, seed, os.path.join(root, f"{name}-s{seed}")))
+            lens = [int(x) for x in (args.lens or ",".join(map(str, DEFAULT_LENS))).split(",")]
+
+        for name, seed, mdir in targets:
+            model32 = None
+            setup_err = None
+            if seed is not None:
+                cmd = [args.nemotron, "synth", "--preset", name, "--dtype", "f32", "--seed", str(seed), "--out", mdir]
+                try:
+                    rc, out, _ = run_cmd(cmd, args.timeout)
+                    if rc != 0:
+                        setup_err = f"synth exited {rc}: {' '.join(cmd)}\n" + \
+                            "\n".join("    | " + l for l in out.splitlines()[-15:])
+                except subprocess.TimeoutExpired:
+                    setup_err = f"synth timed out: {' '.join(cmd)}"
+            if setup_err is None:
+                try:
+                    cfg, tensors = ref.load_checkpoint(mdir)
+                    model32 = ref.NemotronH(cfg, tensors, dtype=torch.float32)
+                except Exception as e:  # noqa: BLE001
+                    setup_err = f"reference cannot load {mdir}: {e}\n" + traceback.format_exc(limit=3)
+            pattern = "".join(model32.cfg.kinds) if model32 else "?"
+            for L in lens:
+                label = f"{name}" + (f" seed={seed}" if seed is not None else "") + f" len={L} [{pattern}]"
+                case = Case(label)
+                if setup_err:
+                    case.fail(setup_err)
+                else:
+                    try:
+                        prompt = prompt_for(args.seed + (seed or 0), L, model32.cfg.V)
+                        compare_case(case, args, mdir, model32, prompt, os.path.join(root, f"{name}-len{L}"))
+                    except Exception as e:  # noqa: BLE001
+                        case.fail(f"exception: {e}\n" + traceback.format_exc())
+                print(("PASS " if case.ok else "FAIL ") + case.name)
+                for line in case.lines:
+                    print(line)
+                sys.stdout.flush()
+                if case.ok:
+                    passed += 1
+                else:
+                    failed += 1
+    finally:
+        if args.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"(kept files in {root})")
+    print(f"(total {time.time() - t_start:.1f}s)")
+    print(f"oracle: {passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
