@@ -575,6 +575,18 @@ class SelfCheck(unittest.TestCase):
             b = m2.mtp_step(hid[:1], [2], m2.new_mtp_state())[0]
         self.assertTrue(torch.equal(a, b))
 
+    def test_pitfall_variants_are_distinguishable(self):
+        """Every deliberately-wrong variant used by run_oracle's diagnosis changes the logits."""
+        cfg = dict(make_config(pattern="M*EM-E", HD=6), time_step_min=0.05)
+        t = make_tensors(cfg, seed=51)
+        ids = [4, 8, 15, 16, 23, 42, 7, 1]
+        with torch.no_grad():
+            base = ref.NemotronH(cfg, t).forward(ids, ref.State(6)).numpy()
+            for var in sorted(ref.NemotronH.VARIANTS):
+                m = ref.NemotronH(cfg, t, variants=[var])
+                out = m.forward(ids, m.new_state()).numpy()
+                self.assertGreater(rel_err(out, base), 1e-3, var)
+
 
 def run(verbosity=1):
     """Run the suite; returns (n_run, n_failed_or_errored, text report)."""

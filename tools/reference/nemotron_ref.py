@@ -149,6 +149,7 @@ def _kinds_from(lst_or_pattern):
 class Config:
     def __init__(self, d):
         g = d.get
+        self.raw = d
 
         def first(*keys, default=None):
             for k in keys:
@@ -284,9 +285,37 @@ class State:
 
 
 class NemotronH:
-    def __init__(self, cfg_dict, tensors, dtype=torch.float32):
+    # Deliberately WRONG variants of known pitfalls (spec §8.2), used only by run_oracle.py's failure
+    # diagnosis to say which mistake an engine output resembles. Never enabled by default.
+    VARIANTS = {
+        "ungrouped_norm": "gated norm over all DI channels instead of n_groups groups",
+        "norm_before_gate": "gated norm: normalise y first, then multiply by silu(z)",
+        "conv_flip": "conv taps reversed (tap 0 multiplies the newest input)",
+        "conv_no_bias": "conv1d bias ignored",
+        "dt_clamp_min": "dt clamped below at time_step_min (default 0.001)",
+        "no_dt_bias": "dt_bias not added before softplus",
+        "head_group_mod": "head h uses group h % G instead of h // (NH/G)",
+        "no_D": "D skip term missing",
+        "gqa_mod": "attention q head i uses kv head i % HKV instead of i // (HQ/HKV)",
+        "attn_scale_hidden": "attention scale (hidden/HQ)^-0.5 instead of head_dim^-0.5",
+        "router_biased_weights": "expert weights taken from the biased scores",
+        "router_softmax": "softmax router instead of sigmoid",
+        "no_renorm": "selected weights not renormalised",
+        "no_routed_scale": "routed_scaling_factor not applied",
+        "no_shared_expert": "shared expert missing",
+        "relu_not_squared": "relu instead of relu^2 in experts/MLP",
+        "norm_plus_one": "RMSNorm weights used as (1 + w)",
+        "tied_head": "lm_head replaced by the embedding matrix",
+    }
+
+    def __init__(self, cfg_dict, tensors, dtype=torch.float32, variants=()):
         self.cfg = Config(cfg_dict)
         self.dtype = dtype
+        self.v = frozenset(variants)
+        self.route_gaps = None   # set to a list to record (layer prefix, min top-k selection margin) per call
+        unknown = self.v - set(self.VARIANTS)
+        if unknown:
+            raise ValueError(f"unknown variants {sorted(unknown)}")
         c = self.cfg
         t = {}
         for k, v in tensors.items():
@@ -297,6 +326,8 @@ class NemotronH:
                 k = "backbone.embeddings.weight"
             t[k] = v.to(dtype) if v.is_floating_point() else v
         self.t = t
+        if "tied_head" in self.v:
+            t["lm_head.weight"] = t["backbone.embeddings.weight"]
         if "lm_head.weight" not in t:
             if not c.tie:
                 raise KeyError("lm_head.weight missing (and tie_word_embeddings is false)")
@@ -356,21 +387,48 @@ class NemotronH:
             acc = acc + self.W(p + "conv1d.bias")
         for k in range(c.K):
             acc = acc + w[:, k] * xpad[k:k + T]
+        if "conv_no_bias" in self.v and c.conv_bias:
+            acc = acc - self.W(p + "conv1d.bias")
+        if "conv_flip" in self.v:
+            acc = self.W(p + "conv1d.bias").expand(T, c.CD).clone() if c.conv_bias else torch.zeros_like(acc)
+            for k in range(c.K):
+                acc = acc + w[:, c.K - 1 - k] * xpad[k:k + T]
         ls.conv = xpad[xpad.shape[0] - (c.K - 1):].clone()
         xBC = silu(acc)
         x = xBC[:, :c.DI].reshape(T, c.NH, c.P)
         B = xBC[:, c.DI:c.DI + c.G * c.N].reshape(T, c.G, c.N)
         C = xBC[:, c.DI + c.G * c.N:].reshape(T, c.G, c.N)
-        dt = softplus20(dt_raw + self.W(p + "dt_bias"))
+        dt = softplus20(dt_raw + (0.0 if "no_dt_bias" in self.v else self.W(p + "dt_bias")))
         if c.dt_lo > 0.0:
             dt = torch.clamp(dt, min=c.dt_lo)
+        if "dt_clamp_min" in self.v:
+            dt = torch.clamp(dt, min=float(c.raw.get("time_step_min", 0.001)))
         if math.isfinite(c.dt_hi):
             dt = torch.clamp(dt, max=c.dt_hi)
         A = -torch.exp(self.W(p + "A_log"))
         if ls.ssm is None:
             ls.ssm = torch.zeros(c.NH, c.P, c.N, dtype=self.dtype)
-        y, ls.ssm = ssm_scan_sequential(x, dt, A, B, C, self.W(p + "D"), ls.ssm, c.NH // c.G)
-        u = gated_group_rmsnorm(y.reshape(T, c.DI), z, self.W(p + "norm.weight"), c.G, c.eps)
+        D = self.W(p + "D")
+        if "no_D" in self.v:
+            D = torch.zeros_like(D)
+        if "head_group_mod" in self.v:   # reorder B/C groups so repeat_interleave yields group h % G
+            B = B[:, [h % c.G for h in range(c.NH)]]
+            C = C[:, [h % c.G for h in range(c.NH)]]
+            y, ls.ssm = ssm_scan_sequential(x, dt, A, B, C, D, ls.ssm, 1)
+        else:
+            y, ls.ssm = ssm_scan_sequential(x, dt, A, B, C, D, ls.ssm, c.NH // c.G)
+        y = y.reshape(T, c.DI)
+        nw = self.W(p + "norm.weight")
+        if "norm_plus_one" in self.v:
+            nw = nw + 1.0
+        if "ungrouped_norm" in self.v:
+            u = gated_group_rmsnorm(y, z, nw, 1, c.eps)
+        elif "norm_before_gate" in self.v:
+            yg = y.reshape(T, c.G, c.DI // c.G)
+            yg = yg * torch.rsqrt((yg * yg).mean(dim=-1, keepdim=True) + c.eps)
+            u = yg.reshape(T, c.DI) * nw * silu(z)
+        else:
+            u = gated_group_rmsnorm(y, z, nw, c.G, c.eps)
         return u @ self.W(p + "out_proj.weight").t()
 
     def attention(self, i, hn, ls, prefix=None):
@@ -385,9 +443,14 @@ class NemotronH:
         ls.v = v if ls.v is None else torch.cat([ls.v, v], 0)
         Lk = ls.k.shape[0]
         rep = c.HQ // c.HKV
-        kk = ls.k.repeat_interleave(rep, dim=1)                  # q head i uses kv head i // rep
-        vv = ls.v.repeat_interleave(rep, dim=1)
-        s = torch.einsum("thd,lhd->htl", q, kk) * (c.HD ** -0.5)   # [HQ, T, Lk]
+        if "gqa_mod" in self.v:
+            kk = ls.k.repeat(1, rep, 1)
+            vv = ls.v.repeat(1, rep, 1)
+        else:
+            kk = ls.k.repeat_interleave(rep, dim=1)              # q head i uses kv head i // rep
+            vv = ls.v.repeat_interleave(rep, dim=1)
+        scale = (c.H // c.HQ) ** -0.5 if "attn_scale_hidden" in self.v else c.HD ** -0.5
+        s = torch.einsum("thd,lhd->htl", q, kk) * scale           # [HQ, T, Lk]
         tpos = torch.arange(T)[:, None] + past
         lpos = torch.arange(Lk)[None, :]
         s = s.masked_fill((lpos > tpos)[None], float("-inf"))
@@ -395,16 +458,17 @@ class NemotronH:
         o = torch.einsum("htl,lhd->thd", pr, vv).reshape(T, c.HQ * c.HD)
         return o @ self.W(p + "o_proj.weight").t()
 
-    @staticmethod
-    def relu2_mlp(x, up, down):
+    def relu2_mlp(self, x, up, down):
         a = torch.relu(x @ up.t())
+        if "relu_not_squared" in self.v:
+            return a @ down.t()
         return (a * a) @ down.t()
 
     def route(self, hn, p):
         """Returns (idx [T,k] ascending expert index, weights [T,k]) - spec §5.2."""
         c = self.cfg
         logits = hn @ self.W(p + "gate.weight").t()              # [T, E]
-        s = torch.sigmoid(logits)
+        s = torch.softmax(logits, dim=-1) if "router_softmax" in self.v else torch.sigmoid(logits)
         bias_name = p + "gate.e_score_correction_bias"
         sel = s + self.t[bias_name] if bias_name in self.t else s.clone()
         if c.n_group > 1:
@@ -416,11 +480,16 @@ class NemotronH:
             mask.scatter_(1, keep, True)
             sel = sel.masked_fill(~mask.repeat_interleave(c.E // c.n_group, dim=1), float("-inf"))
         idx = topk_lowest_index(sel, c.topk)
+        if self.route_gaps is not None and c.topk < sel.shape[1]:
+            srt = torch.sort(sel, dim=-1, descending=True).values
+            gap = (srt[:, c.topk - 1] - srt[:, c.topk]).min().item()
+            self.route_gaps.append((p, gap))
         idx, _ = torch.sort(idx, dim=-1)                          # ascending expert order for summation
-        w = torch.gather(s, 1, idx)
-        if c.norm_topk:
+        w = torch.gather(sel if "router_biased_weights" in self.v else s, 1, idx)
+        if c.norm_topk and "no_renorm" not in self.v:
             w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
-        w = w * c.rscale
+        if "no_routed_scale" not in self.v:
+            w = w * c.rscale
         return idx, w
 
     def moe(self, i, hn, prefix=None):
@@ -445,7 +514,7 @@ class NemotronH:
         if c.latent:
             routed = routed @ self.W(p + "fc2_latent_proj.weight").t()
         o = routed
-        if p + "shared_experts.up_proj.weight" in self.t:
+        if p + "shared_experts.up_proj.weight" in self.t and "no_shared_expert" not in self.v:
             o = o + self.relu2_mlp(hn, self.W(p + "shared_experts.up_proj.weight"),
                                    self.W(p + "shared_experts.down_proj.weight"))
         return o
@@ -453,6 +522,10 @@ class NemotronH:
     def mlp(self, i, hn):
         p = f"backbone.layers.{i}.mixer."
         return self.relu2_mlp(hn, self.W(p + "up_proj.weight"), self.W(p + "down_proj.weight"))
+
+    def norm(self, x, name):
+        w = self.W(name)
+        return rmsnorm(x, w + 1.0 if "norm_plus_one" in self.v else w, self.cfg.eps)
 
     # -- forward -----------------------------------------------------------------------------------------
 
@@ -466,7 +539,7 @@ class NemotronH:
             raise ValueError("token id out of range")
         h = self.W("backbone.embeddings.weight")[ids_t]
         for i, kind in enumerate(c.kinds):
-            hn = rmsnorm(h, self.W(f"backbone.layers.{i}.norm.weight"), c.eps)
+            hn = self.norm(h, f"backbone.layers.{i}.norm.weight")
             ls = state.layers[i]
             if kind == "M":
                 o = self.mamba(i, hn, ls)
@@ -478,7 +551,7 @@ class NemotronH:
                 o = self.mlp(i, hn)
             h = h + o
         state.pos += len(ids_t)
-        return rmsnorm(h, self.W("backbone.norm_f.weight"), c.eps)
+        return self.norm(h, "backbone.norm_f.weight")
 
     def logits(self, hf):
         return hf @ self.W("lm_head.weight").t()
