@@ -79,8 +79,10 @@ void linear_range(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
 void linear(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
             int64_t y_stride, const ThreadConfig& tc) {
   const detail::RangeFn fn = detail::select_range_fn(w.format, active_isa());
-  // Grain: enough outputs per thread that fan-out pays off for small matrices.
-  const int64_t grain = std::max<int64_t>(16, 4096 / std::max<int64_t>(1, w.cols));
+  // Grain: at least ~256K multiply-adds per thread, so small matrices stay on one thread
+  // (a fork/join costs far more than the work when the machine is oversubscribed).
+  const int64_t per_out = std::max<int64_t>(1, w.cols * n_rows);
+  const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 18) / per_out);
   parallel_for(tc, w.rows, grain, [&](int64_t b, int64_t e) { fn(w, x, n_rows, x_stride, y, y_stride, b, e); });
 }
 
@@ -89,6 +91,10 @@ void dequantize_row(const PackedWeight& w, int64_t o, float* out) {
     case WeightFormat::F32:
     case WeightFormat::BF16:
     case WeightFormat::F16: detail::dequantize_row_dense(w, o, out); return;
+    case WeightFormat::NVFP4: detail::dequantize_row_nvfp4(w, o, out); return;
+    case WeightFormat::FP8_E4M3: detail::dequantize_row_fp8(w, o, out); return;
+    case WeightFormat::AFFINE4:
+    case WeightFormat::AFFINE8: detail::dequantize_row_affine(w, o, out); return;
     default: fail("dequantize_row: format {} not supported", weight_format_name(w.format));
   }
 }
@@ -99,6 +105,10 @@ RangeFn select_range_fn(WeightFormat f, Isa isa) {
     case WeightFormat::F32:
     case WeightFormat::BF16:
     case WeightFormat::F16: return isa >= Isa::Avx2 ? range_dense_avx2 : range_dense_ref;
+    case WeightFormat::NVFP4: return isa >= Isa::Avx2 ? range_nvfp4_avx2 : range_nvfp4_ref;
+    case WeightFormat::FP8_E4M3: return isa >= Isa::Avx2 ? range_fp8_avx2 : range_fp8_ref;
+    case WeightFormat::AFFINE4:
+    case WeightFormat::AFFINE8: return isa >= Isa::Avx2 ? range_affine_avx2 : range_affine_ref;
     default: fail("linear: weight format {} has no kernel", weight_format_name(f));
   }
 }

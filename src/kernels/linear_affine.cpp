@@ -1,0 +1,115 @@
+// MLX affine 4-/8-bit linear kernels.
+//
+// Kernel weight: w'[k] = fma(q[k], scale[g], bias[g]) with g = k / group and bf16 scale/bias
+// widened exactly to f32. q*scale has at most 8+8 significant bits, so the fma equals MLX's
+// `scale * q + bias` (one rounding). post = 1. Reduction: linear_packed.h.
+// Storage: U32 words, element k at bits k*bits of its word, little-endian, so the byte stream is
+// low-nibble-first (4-bit) or one byte per element (8-bit). group is 32, 64 or 128, so a 16-wide
+// step never straddles two groups.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "base/numeric.h"
+#include "kernels/linear_packed.h"
+
+namespace nemo::kernels::detail {
+
+namespace {
+
+inline float load_bf16(const uint8_t* p, int64_t i) {
+  uint16_t b;
+  std::memcpy(&b, p + 2 * i, 2);
+  return bf16_to_f32(b);
+}
+
+template <int BITS>
+struct AffineRef {
+  const uint8_t* data = nullptr;
+  const uint8_t* scales = nullptr;
+  const uint8_t* biases = nullptr;
+  int64_t K = 0, G = 64, n_groups = 0;
+  const uint8_t* rd = nullptr;
+  const uint8_t* rs = nullptr;
+  const uint8_t* rb = nullptr;
+
+  void init(const PackedWeight& w) {
+    data = static_cast<const uint8_t*>(w.data);
+    scales = static_cast<const uint8_t*>(w.scales);
+    biases = static_cast<const uint8_t*>(w.biases);
+    K = w.cols;
+    G = w.group;
+    n_groups = K / G;
+  }
+  void row(int64_t o) {
+    rd = data + o * (K * BITS / 8);
+    rs = scales + 2 * o * n_groups;
+    rb = biases + 2 * o * n_groups;
+  }
+  float at(int64_t k) const {
+    const int q = BITS == 4 ? (rd[k >> 1] >> ((k & 1) * 4)) & 15 : rd[k];
+    return std::fma(float(q), load_bf16(rs, k / G), load_bf16(rb, k / G));
+  }
+  float post() const { return 1.0f; }
+};
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+template <int BITS>
+struct AffineAvx2 : AffineRef<BITS> {
+  __m256 s{}, b{};
+
+  void decode16(int64_t k, __m256& w0, __m256& w1) {
+    if ((k & (this->G - 1)) == 0) {  // new group (G is a power of two >= 32)
+      s = _mm256_set1_ps(load_bf16(this->rs, k / this->G));
+      b = _mm256_set1_ps(load_bf16(this->rb, k / this->G));
+    }
+    __m128i q;
+    if constexpr (BITS == 4) {
+      const __m128i m0f = _mm_set1_epi8(0x0F);
+      const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(this->rd + (k >> 1)));
+      q = _mm_unpacklo_epi8(_mm_and_si128(v, m0f), _mm_and_si128(_mm_srli_epi16(v, 4), m0f));
+    } else {
+      q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(this->rd + k));
+    }
+    w0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), s, b);
+    w1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(q, q))), s, b);
+  }
+};
+
+#pragma GCC pop_options
+
+}  // namespace
+
+void range_affine_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
+                      int64_t y_stride, int64_t o_begin, int64_t o_end) {
+  if (w.format == WeightFormat::AFFINE4)
+    packed::range_ref<AffineRef<4>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  else
+    packed::range_ref<AffineRef<8>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+}
+
+void range_affine_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
+                       int64_t y_stride, int64_t o_begin, int64_t o_end) {
+  if (w.format == WeightFormat::AFFINE4)
+    packed::range_avx2<AffineAvx2<4>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  else
+    packed::range_avx2<AffineAvx2<8>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+}
+
+void dequantize_row_affine(const PackedWeight& w, int64_t o, float* out) {
+  if (w.format == WeightFormat::AFFINE4) {
+    AffineRef<4> d;
+    d.init(w);
+    d.row(o);
+    for (int64_t k = 0; k < w.cols; ++k) out[k] = d.at(k);
+  } else {
+    AffineRef<8> d;
+    d.init(w);
+    d.row(o);
+    for (int64_t k = 0; k < w.cols; ++k) out[k] = d.at(k);
+  }
+}
+
+}  // namespace nemo::kernels::detail
