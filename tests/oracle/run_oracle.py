@@ -34,6 +34,12 @@ import nemotron_ref as ref  # noqa: E402
 
 DEFAULT_PRESETS = [("tiny-a", 101), ("tiny-b", 202), ("tiny-c", 303)]
 DEFAULT_LENS = [1, 7, 140]
+# Extra cases beyond the f32 matrix: half-precision weight storage (widened to f32 by both sides), a sharded
+# checkpoint (model.safetensors.index.json), and a prompt crossing two 128-row SSD chunk boundaries.
+EXTRA_CASES = [
+    dict(name="tiny-b", seed=212, dtype="bf16", synth_args=["--shard-gb", "0.001"], lens=[140], tag="bf16-sharded"),
+    dict(name="tiny-c", seed=313, dtype="f16", synth_args=[], lens=[300], tag="f16"),
+]
 
 
 def row_rel_errors(eng, refm):
@@ -209,7 +215,7 @@ def main(argv=None):
     ap.add_argument("--keep", default=None, help="keep checkpoints and dumps in this directory")
     ap.add_argument("--model", default=None, help="run against this existing checkpoint instead of presets")
     ap.add_argument("--presets", default=",".join(p for p, _ in DEFAULT_PRESETS),
-                    help="comma list of synth presets (optionally NAME:SEED)")
+                    help="comma list of synth presets, each NAME[:SEED[:DTYPE]] (default dtype f32)")
     ap.add_argument("--lens", default=None, help="prompt lengths (default 1,7,140; 7 with --model)")
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0, help="prompt seed offset")
@@ -217,6 +223,8 @@ def main(argv=None):
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--timeout", type=int, default=300, help="per engine command, seconds")
     ap.add_argument("--skip-selfcheck", action="store_true")
+    ap.add_argument("--no-extra", dest="extra", action="store_false",
+                    help="skip the extra bf16-sharded / f16 / 300-token cases")
     ap.add_argument("--no-diagnose", dest="diagnose", action="store_false")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -245,21 +253,29 @@ def main(argv=None):
     os.makedirs(root, exist_ok=True)
     try:
         if args.model:
-            targets = [(os.path.basename(os.path.normpath(args.model)) or "model", None, args.model)]
-            lens = [int(x) for x in (args.lens or "7").split(",")]
+            targets = [dict(name=os.path.basename(os.path.normpath(args.model)) or "model", seed=None,
+                            dir=args.model, lens=[int(x) for x in (args.lens or "7").split(",")], tag="")]
         else:
+            lens = [int(x) for x in (args.lens or ",".join(map(str, DEFAULT_LENS))).split(",")]
             targets = []
             for item in args.presets.split(","):
-                name, _, s = item.partition(":")
-                seed = int(s) if s else dict(DEFAULT_PRESETS).get(name, 1)
-                targets.append((name, seed, os.path.join(root, f"{name}-s{seed}")))
-            lens = [int(x) for x in (args.lens or ",".join(map(str, DEFAULT_LENS))).split(",")]
+                name, _, rest = item.partition(":")
+                s_, _, dt = rest.partition(":")
+                seed = int(s_) if s_ else dict(DEFAULT_PRESETS).get(name, 1)
+                targets.append(dict(name=name, seed=seed, dtype=dt or "f32", synth_args=[], lens=lens,
+                                    tag=dt if dt and dt != "f32" else ""))
+            if args.extra and args.presets == ap.get_default("presets") and args.lens is None:
+                targets += [dict(t) for t in EXTRA_CASES]
+            for t in targets:
+                t["dir"] = os.path.join(root, f"{t['name']}-s{t['seed']}" + (f"-{t['tag']}" if t["tag"] else ""))
 
-        for name, seed, mdir in targets:
+        for tgt in targets:
+            name, seed, mdir = tgt["name"], tgt["seed"], tgt["dir"]
             model32 = None
             setup_err = None
             if seed is not None:
-                cmd = [args.nemotron, "synth", "--preset", name, "--dtype", "f32", "--seed", str(seed), "--out", mdir]
+                cmd = [args.nemotron, "synth", "--preset", name, "--dtype", tgt["dtype"], "--seed", str(seed),
+                       "--out", mdir] + tgt["synth_args"]
                 try:
                     rc, out, _ = run_cmd(cmd, args.timeout)
                     if rc != 0:
@@ -274,15 +290,17 @@ def main(argv=None):
                 except Exception as e:  # noqa: BLE001
                     setup_err = f"reference cannot load {mdir}: {e}\n" + traceback.format_exc(limit=3)
             pattern = "".join(model32.cfg.kinds) if model32 else "?"
-            for L in lens:
-                label = f"{name}" + (f" seed={seed}" if seed is not None else "") + f" len={L} [{pattern}]"
+            for L in tgt["lens"]:
+                label = f"{name}" + (f" {tgt['tag']}" if tgt["tag"] else "") + \
+                    (f" seed={seed}" if seed is not None else "") + f" len={L} [{pattern}]"
                 case = Case(label)
                 if setup_err:
                     case.fail(setup_err)
                 else:
                     try:
                         prompt = prompt_for(args.seed + (seed or 0), L, model32.cfg.V)
-                        compare_case(case, args, mdir, model32, prompt, os.path.join(root, f"{name}-len{L}"))
+                        compare_case(case, args, mdir, model32, prompt,
+                                     os.path.join(root, os.path.basename(mdir) + f"-len{L}"))
                     except Exception as e:  # noqa: BLE001
                         case.fail(f"exception: {e}\n" + traceback.format_exc())
                 print(("PASS " if case.ok else "FAIL ") + case.name)

@@ -514,7 +514,8 @@ class NemotronH:
         if c.latent:
             routed = routed @ self.W(p + "fc2_latent_proj.weight").t()
         o = routed
-        if p + "shared_experts.up_proj.weight" in self.t and "no_shared_expert" not in self.v:
+        if (c.n_shared > 0 and p + "shared_experts.up_proj.weight" in self.t
+                and "no_shared_expert" not in self.v):
             o = o + self.relu2_mlp(hn, self.W(p + "shared_experts.up_proj.weight"),
                                    self.W(p + "shared_experts.down_proj.weight"))
         return o
