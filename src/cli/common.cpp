@@ -1,0 +1,63 @@
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "base/error.h"
+#include "cli/commands.h"
+#include "synth/synth.h"
+
+namespace nemo::cli {
+
+std::vector<Command> make_synth_command();
+std::vector<Command> make_generate_commands();
+
+std::vector<Command> all_commands() {
+  std::vector<Command> v;
+  for (auto* mk : {&make_synth_command, &make_generate_commands})
+    for (auto& c : (*mk)()) v.push_back(std::move(c));
+  return v;
+}
+
+std::vector<int32_t> parse_ids(const std::string& csv) {
+  std::vector<int32_t> out;
+  size_t i = 0;
+  while (i < csv.size()) {
+    size_t j = csv.find_first_of(", ", i);
+    if (j == std::string::npos) j = csv.size();
+    if (j > i) {
+      const std::string tok = csv.substr(i, j - i);
+      char* end = nullptr;
+      const long v = std::strtol(tok.c_str(), &end, 10);
+      if (!end || *end != '\0' || v < 0 || v > INT32_MAX) fail("--ids: '{}' is not a token id", tok);
+      out.push_back(int32_t(v));
+    }
+    i = j + 1;
+  }
+  return out;
+}
+
+ModelDir::~ModelDir() {
+  if (temporary && !path.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+}
+
+std::unique_ptr<ModelDir> resolve_model_dir(const std::string& model) {
+  auto d = std::make_unique<ModelDir>();
+  if (!model.empty()) {
+    d->path = model;
+    return d;
+  }
+  std::string tmpl = (std::filesystem::temp_directory_path() / "nemotron-default-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) fail("cannot create a temporary directory for the embedded model");
+  d->path = tmpl;
+  d->temporary = true;
+  synth::SynthOptions opt;
+  opt.seed = 0;
+  synth::write_checkpoint(synth::preset_config("tiny-a"), d->path, opt);
+  return d;
+}
+
+}  // namespace nemo::cli

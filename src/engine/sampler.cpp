@@ -1,0 +1,104 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "base/error.h"
+
+namespace nemo::engine {
+
+namespace {
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+}  // namespace
+
+Rng::Rng(uint64_t seed) {
+  uint64_t x = seed;
+  for (auto& s : s_) s = splitmix64(x);
+}
+uint64_t Rng::next() {
+  const uint64_t r = rotl(s_[1] * 5, 7) * 9, t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return r;
+}
+double Rng::uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }
+
+int32_t argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = int32_t(i);
+  return best;
+}
+
+std::vector<std::pair<int32_t, double>> sampling_distribution(std::span<const float> logits, const SamplingParams& p) {
+  const size_t V = logits.size();
+  if (V == 0) fail("sampling: empty logits");
+  if (p.temperature <= 0.0f) return {{argmax(logits), 1.0}};
+  std::vector<int32_t> idx(V);
+  std::iota(idx.begin(), idx.end(), 0);
+  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; };
+  size_t keep = V;
+  if (p.top_k > 0 && size_t(p.top_k) < V) {
+    keep = size_t(p.top_k);
+    std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(), by_logit);
+  } else {
+    std::sort(idx.begin(), idx.end(), by_logit);
+  }
+  idx.resize(keep);
+  // Softmax in double over the kept candidates (largest first, so no overflow).
+  std::vector<std::pair<int32_t, double>> d;
+  d.reserve(keep);
+  const double mx = double(logits[idx[0]]) / p.temperature;
+  double sum = 0.0;
+  for (auto i : idx) {
+    const double e = std::exp(double(logits[i]) / p.temperature - mx);
+    d.push_back({i, e});
+    sum += e;
+  }
+  for (auto& [_, pr] : d) pr /= sum;
+  if (p.min_p > 0.0f) {
+    const double thr = double(p.min_p) * d[0].second;
+    size_t n = 0;
+    while (n < d.size() && d[n].second >= thr) ++n;
+    d.resize(std::max<size_t>(1, n));
+  }
+  if (p.top_p < 1.0f) {
+    double c = 0.0;
+    size_t n = 0;
+    while (n < d.size()) {
+      c += d[n].second;
+      ++n;
+      if (c >= double(p.top_p)) break;
+    }
+    d.resize(std::max<size_t>(1, n));
+  }
+  double s2 = 0.0;
+  for (auto& [_, pr] : d) s2 += pr;
+  for (auto& [_, pr] : d) pr /= s2;
+  return d;
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  if (p_.temperature <= 0.0f) return argmax(logits);
+  const auto d = sampling_distribution(logits, p_);
+  const double u = rng_.uniform();
+  double c = 0.0;
+  for (const auto& [id, pr] : d) {
+    c += pr;
+    if (u < c) return id;
+  }
+  return d.back().first;
+}
+
+}  // namespace nemo::engine

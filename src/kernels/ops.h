@@ -1,0 +1,28 @@
+// Element-wise and reduction ops on f32 activations. Every reduction has one canonical order
+// (the same 16-lane scheme as the linear kernels), so a row's result never depends on batch
+// shape, thread count or ISA.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+namespace nemo::kernels {
+
+// Σ a[i]·b[i] in the canonical order (16 fma lanes, fixed combine, sequential tail).
+float dot(const float* a, const float* b, int64_t n);
+
+// out = (x · 1/sqrt(mean(x²) + eps)) · w   (w may be null = ones). out may alias x.
+void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out);
+
+inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
+inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+// softplus with the threshold used by every reference (vLLM, ggml): identity above 20.
+inline float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
+inline float relu2(float v) {
+  const float r = v > 0.0f ? v : 0.0f;
+  return r * r;
+}
+
+// y[i] += a * x[i]
+void axpy(float a, const float* x, float* y, int64_t n);
+
+}  // namespace nemo::kernels

@@ -1,0 +1,58 @@
+#include "model/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace nemo::model {
+
+AttentionWeights AttentionWeights::bind(const WeightBinder& b, const std::string& p, const io::ModelConfig& c) {
+  const int64_t H = c.hidden_size, HQ = c.num_attention_heads, HKV = c.num_key_value_heads, HD = c.head_dim;
+  AttentionWeights w;
+  w.q_proj = b.linear(p + ".q_proj", HQ * HD, H);
+  w.k_proj = b.linear(p + ".k_proj", HKV * HD, H);
+  w.v_proj = b.linear(p + ".v_proj", HKV * HD, H);
+  w.o_proj = b.linear(p + ".o_proj", H, HQ * HD);
+  return w;
+}
+
+void attention_forward(const AttentionWeights& w, const io::ModelConfig& c, const float* hn, int64_t T,
+                       int64_t n_past, float* out, KvCache& kv, const ThreadConfig& tc) {
+  const int64_t H = c.hidden_size, HQ = c.num_attention_heads, HKV = c.num_key_value_heads, HD = c.head_dim;
+  const int64_t KVW = HKV * HD, QW = HQ * HD, rep = HQ / HKV;
+  Buffer<float> q(size_t(T * QW)), ctx(size_t(T * QW));
+  kernels::linear(w.q_proj, hn, T, H, q.data(), QW, tc);
+  kernels::linear(w.k_proj, hn, T, H, kv.k.data() + n_past * KVW, KVW, tc);
+  kernels::linear(w.v_proj, hn, T, H, kv.v.data() + n_past * KVW, KVW, tc);
+
+  const float scale = 1.0f / std::sqrt(float(HD));
+  // One (row, q-head) pair per work item: scores over keys 0..pos in ascending order, softmax in
+  // f32, weighted sum of V in ascending key order — the same arithmetic whatever T is.
+  parallel_for(tc, T * HQ, std::max<int64_t>(1, 65536 / ((n_past + T) * HD)), [&](int64_t a, int64_t b) {
+    std::vector<float> s;
+    for (int64_t it = a; it < b; ++it) {
+      const int64_t t = it / HQ, i = it % HQ, j = i / rep, pos = n_past + t;
+      const float* qi = q.data() + t * QW + i * HD;
+      s.resize(size_t(pos + 1));
+      float mx = -INFINITY;
+      for (int64_t tau = 0; tau <= pos; ++tau) {
+        s[tau] = kernels::dot(qi, kv.k.data() + tau * KVW + j * HD, HD) * scale;
+        mx = std::max(mx, s[tau]);
+      }
+      float sum = 0.0f;
+      for (int64_t tau = 0; tau <= pos; ++tau) {
+        s[tau] = std::exp(s[tau] - mx);
+        sum += s[tau];
+      }
+      const float inv = 1.0f / sum;
+      float* o = ctx.data() + t * QW + i * HD;
+      std::fill(o, o + HD, 0.0f);
+      for (int64_t tau = 0; tau <= pos; ++tau) kernels::axpy(s[tau] * inv, kv.v.data() + tau * KVW + j * HD, o, HD);
+    }
+  });
+  kernels::linear(w.o_proj, ctx.data(), T, QW, out, H, tc);
+}
+
+}  // namespace nemo::model

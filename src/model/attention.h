@@ -1,0 +1,20 @@
+// GQA self-attention without positional encoding (Nemotron-H `*` layers), spec §4.
+#pragma once
+#include "base/threads.h"
+#include "io/model_config.h"
+#include "model/state.h"
+#include "model/weights.h"
+
+namespace nemo::model {
+
+struct AttentionWeights {
+  Linear q_proj, k_proj, v_proj, o_proj;
+  static AttentionWeights bind(const WeightBinder& b, const std::string& prefix, const io::ModelConfig& c);
+};
+
+// out[T, H] = attention over [cached n_past rows ‖ T new rows]; appends the new K/V rows at
+// positions n_past..n_past+T-1 of `kv` (capacity must already be ensured).
+void attention_forward(const AttentionWeights& w, const io::ModelConfig& c, const float* hn, int64_t T,
+                       int64_t n_past, float* out, KvCache& kv, const ThreadConfig& tc);
+
+}  // namespace nemo::model

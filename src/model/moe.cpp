@@ -1,0 +1,100 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "base/memory.h"
+#include "kernels/ops.h"
+
+namespace nemo::model {
+
+MlpWeights MlpWeights::bind(const WeightBinder& b, const std::string& p, int64_t hidden, int64_t inter) {
+  return {b.linear(p + ".up_proj", inter, hidden), b.linear(p + ".down_proj", hidden, inter)};
+}
+
+MoEWeights MoEWeights::bind(const WeightBinder& b, const std::string& p, const io::ModelConfig& c) {
+  MoEWeights w;
+  const int64_t H = c.hidden_size, E = c.n_routed_experts;
+  w.gate = b.linear(p + ".gate", E, H);
+  w.correction_bias = b.has(p + ".gate.e_score_correction_bias")
+                          ? b.vector(p + ".gate.e_score_correction_bias", E)
+                          : std::vector<float>(size_t(E), 0.0f);
+  w.experts.reserve(size_t(E));
+  for (int64_t e = 0; e < E; ++e)
+    w.experts.push_back(MlpWeights::bind(b, p + ".experts." + std::to_string(e), H, c.moe_intermediate_size));
+  if (c.n_shared_experts > 0)
+    w.shared.push_back(MlpWeights::bind(b, p + ".shared_experts", H,
+                                        c.moe_shared_expert_intermediate_size * c.n_shared_experts));
+  return w;
+}
+
+Routing route(const io::ModelConfig& c, const float* logits, const std::vector<float>& bias) {
+  const int64_t E = c.n_routed_experts, k = c.num_experts_per_tok;
+  std::vector<float> s(static_cast<size_t>(E)), sel(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    s[e] = kernels::sigmoid(logits[e]);
+    sel[e] = s[e] + bias[e];
+  }
+  std::vector<int32_t> idx(static_cast<size_t>(E));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+    return sel[a] != sel[b] ? sel[a] > sel[b] : a < b;
+  });
+  Routing r;
+  r.experts.assign(idx.begin(), idx.begin() + k);
+  std::sort(r.experts.begin(), r.experts.end());  // fixed (ascending) accumulation order
+  float sum = 0.0f;
+  for (auto e : r.experts) sum += s[e];
+  for (auto e : r.experts) {
+    float wgt = s[e];
+    if (c.norm_topk_prob) wgt = wgt / (sum + 1e-20f);
+    r.weights.push_back(wgt * c.routed_scaling_factor);
+  }
+  return r;
+}
+
+void mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t x_stride, float* out, int64_t out_stride,
+                 const ThreadConfig& tc) {
+  const int64_t F = w.up.rows;
+  Buffer<float> hbuf(size_t(T * F));
+  kernels::linear(w.up, x, T, x_stride, hbuf.data(), F, tc);
+  for (size_t i = 0; i < hbuf.size(); ++i) hbuf[i] = kernels::relu2(hbuf[i]);
+  kernels::linear(w.down, hbuf.data(), T, F, out, out_stride, tc);
+}
+
+void moe_forward(const MoEWeights& w, const io::ModelConfig& c, const float* hn, int64_t T, float* out,
+                 const ThreadConfig& tc) {
+  const int64_t H = c.hidden_size, E = c.n_routed_experts;
+  Buffer<float> logits(size_t(T * E));
+  kernels::linear(w.gate, hn, T, H, logits.data(), E, tc);
+  std::vector<Routing> routes(static_cast<size_t>(T));
+  // rows_of[e]: (row, weight) pairs routed to expert e, rows ascending.
+  std::vector<std::vector<std::pair<int64_t, float>>> rows_of(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    routes[t] = route(c, logits.data() + t * E, w.correction_bias);
+    for (size_t j = 0; j < routes[t].experts.size(); ++j)
+      rows_of[routes[t].experts[j]].push_back({t, routes[t].weights[j]});
+  }
+  // Routed sum per row in ascending expert order: experts are visited in ascending order and
+  // each row accumulates only its own experts, so the order is the same for any batch.
+  Buffer<float> routed(size_t(T * H));
+  Buffer<float> xin, yout;
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& rows = rows_of[e];
+    if (rows.empty()) continue;
+    const int64_t n = int64_t(rows.size());
+    xin.resize(size_t(n * H));
+    yout.resize(size_t(n * H));
+    for (int64_t r = 0; r < n; ++r) std::copy_n(hn + rows[r].first * H, H, xin.data() + r * H);
+    mlp_forward(w.experts[e], xin.data(), n, H, yout.data(), H, tc);
+    for (int64_t r = 0; r < n; ++r) kernels::axpy(rows[r].second, yout.data() + r * H, routed.data() + rows[r].first * H, H);
+  }
+  if (w.shared.empty()) {
+    std::copy_n(routed.data(), T * H, out);
+    return;
+  }
+  mlp_forward(w.shared[0], hn, T, H, out, H, tc);
+  for (int64_t i = 0; i < T * H; ++i) out[i] = routed[i] + out[i];
+}
+
+}  // namespace nemo::model

@@ -1,0 +1,112 @@
+#include "model/nemotron_h.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.h"
+#include "kernels/ops.h"
+
+namespace nemo::model {
+
+NemotronH::NemotronH(io::ModelConfig cfg, io::TensorStore store) : cfg_(std::move(cfg)), store_(std::move(store)) {}
+
+std::unique_ptr<NemotronH> NemotronH::load(const std::string& dir) {
+  io::ModelConfig cfg = io::load_model_config(dir);
+  io::TensorStore store = io::TensorStore::open_dir(dir);
+  std::unique_ptr<NemotronH> m(new NemotronH(std::move(cfg), std::move(store)));
+  const auto& c = m->cfg_;
+  WeightBinder b(m->store_);
+  // HF in-library re-saves use "model." instead of "backbone."; accept both.
+  m->prefix_ = b.has("backbone.embeddings.weight") || !b.has("model.embeddings.weight") ? "backbone." : "model.";
+  const std::string& P = m->prefix_;
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  m->embeddings_ = b.linear(P + "embeddings", V, H);
+  m->norm_f_ = b.vector(P + "norm_f.weight", H);
+  if (b.has("lm_head.weight")) m->lm_head_ = b.linear("lm_head", V, H);
+  else if (c.tie_word_embeddings) m->lm_head_ = m->embeddings_;
+  else fail("{}: missing tensor 'lm_head.weight' (tie_word_embeddings is false)", dir);
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    const std::string lp = P + "layers." + std::to_string(i);
+    Layer L{c.layers[i], b.vector(lp + ".norm.weight", H), MlpWeights{}};
+    const std::string mp = lp + ".mixer";
+    switch (c.layers[i]) {
+      case io::LayerKind::Mamba: L.mixer = Mamba2Weights::bind(b, mp, c); break;
+      case io::LayerKind::Attention: L.mixer = AttentionWeights::bind(b, mp, c); break;
+      case io::LayerKind::MoE: L.mixer = MoEWeights::bind(b, mp, c); break;
+      case io::LayerKind::MLP: L.mixer = MlpWeights::bind(b, mp, H, c.intermediate_size); break;
+    }
+    m->layers_.push_back(std::move(L));
+  }
+  return m;
+}
+
+int64_t NemotronH::weight_bytes() const { return int64_t(store_.total_bytes()); }
+
+void NemotronH::embed(int32_t token, float* out) const { kernels::dequantize_row(embeddings_, token, out); }
+
+void NemotronH::logits_from_hidden(const float* hidden, int64_t n, float* logits, const ThreadConfig& tc) const {
+  kernels::linear(lm_head_, hidden, n, cfg_.hidden_size, logits, cfg_.vocab_size, tc);
+}
+
+ForwardResult NemotronH::forward(SequenceState& st, std::span<const int32_t> tokens, const ForwardOptions& opt,
+                                 const ThreadConfig& tc) const {
+  const int64_t T = int64_t(tokens.size()), H = cfg_.hidden_size, V = cfg_.vocab_size;
+  if (T == 0) fail("forward: no tokens");
+  for (int64_t t = 0; t < T; ++t)
+    if (tokens[t] < 0 || tokens[t] >= V) fail("token id {} at position {} is outside the vocabulary [0, {})", tokens[t], t, V);
+  st.pending_rows_ = 0;  // an unaccepted recorded round is implicitly accepted in full
+  const int64_t n_past = st.n_past_;
+  st.ensure_kv_capacity(n_past + T);
+
+  Buffer<float> h(size_t(T * H)), hn(size_t(T * H)), o(size_t(T * H));
+  for (int64_t t = 0; t < T; ++t) embed(tokens[t], h.data() + t * H);
+
+  Mamba2Options mopt{opt.record, opt.ssd_min_rows};
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& L = layers_[i];
+    for (int64_t t = 0; t < T; ++t) kernels::rms_norm(h.data() + t * H, L.norm_w.data(), H, cfg_.norm_eps, hn.data() + t * H);
+    switch (L.kind) {
+      case io::LayerKind::Mamba: {
+        const int s = st.mamba_slot_[i];
+        mamba2_forward(std::get<Mamba2Weights>(L.mixer), cfg_, hn.data(), T, o.data(), st.mamba_[s],
+                       opt.record ? &st.journal_[s] : nullptr, mopt, tc);
+        break;
+      }
+      case io::LayerKind::Attention:
+        attention_forward(std::get<AttentionWeights>(L.mixer), cfg_, hn.data(), T, n_past, o.data(),
+                          st.kv_[st.attn_slot_[i]], tc);
+        break;
+      case io::LayerKind::MoE: moe_forward(std::get<MoEWeights>(L.mixer), cfg_, hn.data(), T, o.data(), tc); break;
+      case io::LayerKind::MLP: mlp_forward(std::get<MlpWeights>(L.mixer), hn.data(), T, H, o.data(), H, tc); break;
+    }
+    for (int64_t k = 0; k < T * H; ++k) h[k] = h[k] + o[k];
+  }
+  st.n_past_ = n_past + T;
+  if (opt.record) st.pending_rows_ = T;
+
+  ForwardResult r;
+  r.rows = opt.all_logits ? T : 1;
+  r.first_row = T - r.rows;
+  Buffer<float> hf(size_t(r.rows * H));
+  for (int64_t t = 0; t < r.rows; ++t)
+    kernels::rms_norm(h.data() + (r.first_row + t) * H, norm_f_.data(), H, cfg_.norm_eps, hf.data() + t * H);
+  r.logits.resize(size_t(r.rows * V));
+  logits_from_hidden(hf.data(), r.rows, r.logits.data(), tc);
+  if (opt.want_hidden) r.hidden = std::move(hf);
+  return r;
+}
+
+void NemotronH::accept(SequenceState& st, int64_t keep) const {
+  const int64_t T = st.pending_rows_;
+  if (T == 0) fail("accept: the last forward was not recorded (ForwardOptions::record)");
+  if (keep < 1 || keep > T) fail("accept: keep = {} outside [1, {}]", keep, T);
+  for (size_t i = 0; i < layers_.size(); ++i)
+    if (layers_[i].kind == io::LayerKind::Mamba && keep < T) {
+      const int s = st.mamba_slot_[i];
+      mamba2_replay(cfg_, std::get<Mamba2Weights>(layers_[i].mixer), st.journal_[s], keep, st.mamba_[s]);
+    }
+  st.n_past_ -= (T - keep);  // attention KV beyond n_past is dead and will be overwritten
+  st.pending_rows_ = 0;
+}
+
+}  // namespace nemo::model

@@ -1,0 +1,75 @@
+// Nemotron-H: embedding → per layer (RMSNorm → one mixer → residual add) → norm_f → lm_head.
+// Spec nemotron_h.md §2. All activations f32 (see docs/ARCHITECTURE.md "Numerics").
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "base/memory.h"
+#include "base/threads.h"
+#include "io/model_config.h"
+#include "io/safetensors.h"
+#include "model/attention.h"
+#include "model/mamba2.h"
+#include "model/moe.h"
+#include "model/state.h"
+
+namespace nemo::model {
+
+struct ForwardOptions {
+  // Which rows get logits: all rows, or only the last one (prefill).
+  bool all_logits = false;
+  // Journal Mamba inputs so accept() can keep any prefix of these rows (speculative verify).
+  bool record = false;
+  // Row counts >= this use the chunked SSD scan (prefill); smaller ones the exact recurrence.
+  int64_t ssd_min_rows = 17;
+  // Also return the post-norm_f hidden states of the logits rows (MTP input).
+  bool want_hidden = false;
+};
+
+struct ForwardResult {
+  Buffer<float> logits;  // [rows, V]
+  Buffer<float> hidden;  // [rows, H] if want_hidden
+  int64_t rows = 0;      // number of logits rows
+  int64_t first_row = 0; // index (within the call) of the first logits row
+};
+
+class NemotronH {
+ public:
+  // Loads config.json + safetensors from `dir`; weights stay memory-mapped.
+  static std::unique_ptr<NemotronH> load(const std::string& dir);
+
+  const io::ModelConfig& config() const { return cfg_; }
+  const io::TensorStore& store() const { return store_; }
+  SequenceState new_state() const { return SequenceState(cfg_); }
+
+  // Runs `tokens` after the state's current rows and advances the state.
+  ForwardResult forward(SequenceState& st, std::span<const int32_t> tokens, const ForwardOptions& opt,
+                        const ThreadConfig& tc) const;
+  // After a recorded forward of T rows: keep the first `keep` (1..T) rows, exactly.
+  void accept(SequenceState& st, int64_t keep) const;
+
+  // Post-norm_f hidden → logits for `n` rows (shared lm_head; used by MTP too).
+  void logits_from_hidden(const float* hidden, int64_t n, float* logits, const ThreadConfig& tc) const;
+  void embed(int32_t token, float* out) const;
+  int64_t weight_bytes() const;  // bytes of all mapped tensors
+
+ private:
+  NemotronH(io::ModelConfig cfg, io::TensorStore store);
+  using Mixer = std::variant<Mamba2Weights, AttentionWeights, MoEWeights, MlpWeights>;
+  struct Layer {
+    io::LayerKind kind;
+    std::vector<float> norm_w;
+    Mixer mixer;
+  };
+  io::ModelConfig cfg_;
+  io::TensorStore store_;
+  std::string prefix_;  // "backbone." or "model."
+  Linear embeddings_, lm_head_;
+  std::vector<float> norm_f_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace nemo::model

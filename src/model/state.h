@@ -1,0 +1,57 @@
+// Per-sequence state of a Nemotron-H model: attention KV caches and Mamba conv + SSM states.
+//
+// Speculative verification runs 1+γ rows with `record = true`, then keeps only the first a+1:
+// NemotronH::accept(state, a+1) truncates the KV caches and rebuilds the Mamba states exactly as
+// if only those rows had run, by replaying the recorded per-row recurrence inputs from the
+// pre-round state (no matmul is re-run). See docs/ARCHITECTURE.md "Rollback".
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "base/memory.h"
+#include "io/model_config.h"
+
+namespace nemo::model {
+
+struct MambaState {
+  Buffer<float> conv;  // [K-1, CD] raw (pre-conv) xBC rows, oldest first
+  Buffer<float> ssm;   // [NH, P, N] f32
+};
+
+// What a recorded forward keeps per Mamba layer to rebuild any prefix of its rows.
+struct MambaJournal {
+  Buffer<float> conv0, ssm0;  // state before the round
+  Buffer<float> xbc;          // [T, CD] pre-conv inputs
+  Buffer<float> x, B, dt;     // [T, DI], [T, G*N], [T, NH] recurrence inputs (post conv/softplus)
+};
+
+struct KvCache {
+  Buffer<float> k, v;  // [capacity, HKV*HD]
+  int64_t capacity = 0;
+};
+
+class SequenceState {
+ public:
+  SequenceState() = default;
+  SequenceState(const io::ModelConfig& cfg);
+
+  int64_t n_past() const { return n_past_; }
+  // Bytes held now (KV at current capacity + Mamba states + journal).
+  size_t bytes() const;
+  // Bytes of the fixed part (Mamba conv+ssm) and of KV per token, for reporting.
+  size_t fixed_bytes() const;
+  size_t kv_bytes_per_token() const { return kv_row_floats_ * 2 * sizeof(float) * kv_.size(); }
+  void reset();  // back to an empty sequence (keeps allocations)
+
+  // Internal to the model: layer-indexed storage (entries for other kinds are empty).
+  std::vector<MambaState> mamba_;
+  std::vector<KvCache> kv_;
+  std::vector<MambaJournal> journal_;
+  std::vector<int> mamba_slot_, attn_slot_;  // layer index -> slot or -1
+  int64_t n_past_ = 0;
+  int64_t pending_rows_ = 0;  // rows of the last recorded forward not yet accepted
+  int64_t kv_row_floats_ = 0;
+  void ensure_kv_capacity(int64_t n_total);
+};
+
+}  // namespace nemo::model

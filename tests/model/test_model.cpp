@@ -1,0 +1,282 @@
+// Engine-core properties promised bit-for-bit: verify width and thread count never change a
+// row's logits, and accept() after a recorded verify leaves exactly the decode state.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "../support/temp_dir.h"
+#include "base/error.h"
+#include "engine/sampler.h"
+#include "kernels/linear.h"
+#include "model/nemotron_h.h"
+#include "synth/synth.h"
+
+using namespace nemo;
+using model::ForwardOptions;
+using model::NemotronH;
+
+namespace {
+
+struct Fixture {
+  test::TempDir dir;
+  std::unique_ptr<NemotronH> m;
+};
+
+// One synthetic checkpoint per (preset, dtype), written once per test binary.
+NemotronH& model_for(const std::string& preset, io::DType dt) {
+  static std::map<std::string, std::unique_ptr<Fixture>> cache;
+  const std::string key = preset + "/" + io::dtype_name(dt);
+  auto& f = cache[key];
+  if (!f) {
+    f = std::make_unique<Fixture>();
+    synth::SynthOptions o;
+    o.seed = 7;
+    o.dtype = dt;
+    synth::write_checkpoint(synth::preset_config(preset), f->dir.path(), o);
+    f->m = NemotronH::load(f->dir.path());
+  }
+  return *f->m;
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  engine::Rng r(seed);
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (auto& t : v) t = int32_t(r.next() % uint64_t(vocab));
+  return v;
+}
+
+bool bits_equal(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+struct Param {
+  std::string preset;
+  io::DType dtype;
+};
+std::string param_name(const testing::TestParamInfo<Param>& i) {
+  std::string s = i.param.preset + "_" + io::dtype_name(i.param.dtype);
+  for (auto& ch : s)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+class ModelProps : public testing::TestWithParam<Param> {};
+
+}  // namespace
+
+TEST_P(ModelProps, VerifyRowsBitwiseEqualDecode) {
+  NemotronH& m = model_for(GetParam().preset, GetParam().dtype);
+  const int64_t V = m.config().vocab_size;
+  const auto prompt = random_tokens(5, V, 1);
+  const auto rows = random_tokens(16, V, 2);
+  for (int threads : {1, 2}) {
+    ThreadConfig tc{threads};
+    // Reference: one row at a time (decode).
+    auto st = m.new_state();
+    m.forward(st, prompt, {}, tc);
+    std::vector<float> dec;
+    for (auto t : rows) {
+      const int32_t in[1] = {t};
+      auto r = m.forward(st, in, {}, tc);
+      dec.insert(dec.end(), r.logits.data(), r.logits.data() + V);
+    }
+    for (int64_t width : {1, 2, 3, 7, 8, 16}) {
+      auto s2 = m.new_state();
+      m.forward(s2, prompt, {}, tc);
+      ForwardOptions fo;
+      fo.all_logits = true;
+      fo.record = true;
+      for (int64_t at = 0; at < 16; at += width) {
+        const int64_t w = std::min<int64_t>(width, 16 - at);
+        auto r = m.forward(s2, std::span<const int32_t>(rows).subspan(size_t(at), size_t(w)), fo, tc);
+        ASSERT_EQ(r.rows, w);
+        for (int64_t i = 0; i < w; ++i)
+          ASSERT_TRUE(bits_equal(r.logits.data() + i * V, dec.data() + (at + i) * V, size_t(V)))
+              << "width " << width << " row " << at + i << " threads " << threads;
+      }
+    }
+  }
+}
+
+TEST_P(ModelProps, ThreadCountNeverChangesBits) {
+  NemotronH& m = model_for(GetParam().preset, GetParam().dtype);
+  const int64_t V = m.config().vocab_size;
+  const auto prompt = random_tokens(150, V, 3);  // long enough for the chunked SSD path
+  ForwardOptions fo;
+  fo.all_logits = true;
+  auto s1 = m.new_state(), s2 = m.new_state();
+  auto r1 = m.forward(s1, prompt, fo, ThreadConfig{1});
+  auto r2 = m.forward(s2, prompt, fo, ThreadConfig{2});
+  ASSERT_TRUE(bits_equal(r1.logits.data(), r2.logits.data(), r1.logits.size()));
+  for (size_t i = 0; i < s1.mamba_.size(); ++i)
+    ASSERT_TRUE(bits_equal(s1.mamba_[i].ssm.data(), s2.mamba_[i].ssm.data(), s1.mamba_[i].ssm.size()));
+}
+
+TEST_P(ModelProps, AcceptAfterVerifyEqualsDecodeState) {
+  NemotronH& m = model_for(GetParam().preset, GetParam().dtype);
+  const int64_t V = m.config().vocab_size;
+  ThreadConfig tc{2};
+  const auto prompt = random_tokens(9, V, 4);
+  const auto draft = random_tokens(8, V, 5);
+  const auto next = random_tokens(3, V, 6);
+  for (int64_t keep = 1; keep <= 8; ++keep) {
+    // Plain decode of the kept rows.
+    auto a = m.new_state();
+    m.forward(a, prompt, {}, tc);
+    for (int64_t i = 0; i < keep; ++i) {
+      const int32_t in[1] = {draft[i]};
+      m.forward(a, in, {}, tc);
+    }
+    // Verify all 8, keep `keep`.
+    auto b = m.new_state();
+    m.forward(b, prompt, {}, tc);
+    ForwardOptions fo;
+    fo.all_logits = true;
+    fo.record = true;
+    m.forward(b, draft, fo, tc);
+    m.accept(b, keep);
+    ASSERT_EQ(a.n_past(), b.n_past());
+    for (size_t i = 0; i < a.mamba_.size(); ++i) {
+      ASSERT_TRUE(bits_equal(a.mamba_[i].ssm.data(), b.mamba_[i].ssm.data(), a.mamba_[i].ssm.size()))
+          << "ssm layer slot " << i << " keep " << keep;
+      ASSERT_TRUE(bits_equal(a.mamba_[i].conv.data(), b.mamba_[i].conv.data(), a.mamba_[i].conv.size()))
+          << "conv layer slot " << i << " keep " << keep;
+    }
+    // And the continuation is bitwise the same (KV truncation included).
+    fo.record = false;
+    auto ra = m.forward(a, next, fo, tc);
+    auto rb = m.forward(b, next, fo, tc);
+    ASSERT_TRUE(bits_equal(ra.logits.data(), rb.logits.data(), ra.logits.size())) << "keep " << keep;
+  }
+}
+
+TEST_P(ModelProps, ChunkedPrefillMatchesRecurrence) {
+  NemotronH& m = model_for(GetParam().preset, GetParam().dtype);
+  const int64_t V = m.config().vocab_size;
+  const auto prompt = random_tokens(140, V, 8);  // crosses the 128-row chunk boundary
+  ForwardOptions ssd, rec;
+  ssd.all_logits = rec.all_logits = true;
+  rec.ssd_min_rows = 1 << 30;
+  auto s1 = m.new_state(), s2 = m.new_state();
+  auto r1 = m.forward(s1, prompt, ssd, ThreadConfig{2});
+  auto r2 = m.forward(s2, prompt, rec, ThreadConfig{2});
+  double max_abs = 0, max_ref = 0;
+  for (size_t i = 0; i < r1.logits.size(); ++i) {
+    max_abs = std::max(max_abs, double(std::fabs(r1.logits[i] - r2.logits[i])));
+    max_ref = std::max(max_ref, double(std::fabs(r2.logits[i])));
+  }
+  EXPECT_LE(max_abs / max_ref, 1e-4);
+  EXPECT_GT(max_ref, 0.0);
+  // The two forms are not expected to agree bitwise; make sure the SSD path actually ran.
+  if (m.config().count(io::LayerKind::Mamba) > 0) EXPECT_GT(max_abs, 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, ModelProps,
+                         testing::Values(Param{"tiny-a", io::DType::F32}, Param{"tiny-a", io::DType::BF16},
+                                         Param{"tiny-b", io::DType::BF16}, Param{"tiny-b", io::DType::F16},
+                                         Param{"tiny-c", io::DType::F32}, Param{"tiny-c", io::DType::BF16}),
+                         param_name);
+
+TEST(ModelState, MemoryIsAccounted) {
+  NemotronH& m = model_for("tiny-b", io::DType::BF16);
+  auto st = m.new_state();
+  const auto& c = m.config();
+  const size_t mamba = size_t(c.count(io::LayerKind::Mamba)) *
+                       size_t((c.conv_kernel - 1) * c.conv_dim() + c.mamba_num_heads * c.mamba_head_dim * c.ssm_state_size) * 4;
+  EXPECT_EQ(st.fixed_bytes(), mamba);
+  EXPECT_EQ(st.kv_bytes_per_token(), size_t(c.count(io::LayerKind::Attention) * 2 * c.num_key_value_heads * c.head_dim * 4));
+  const int32_t t[3] = {1, 2, 3};
+  m.forward(st, t, {}, ThreadConfig{1});
+  EXPECT_GE(st.bytes(), st.fixed_bytes() + 3 * st.kv_bytes_per_token());
+}
+
+TEST(ModelErrors, BadTokensAndAcceptMisuse) {
+  NemotronH& m = model_for("tiny-a", io::DType::BF16);
+  auto st = m.new_state();
+  const int32_t bad[2] = {1, int32_t(m.config().vocab_size)};
+  EXPECT_THROW(m.forward(st, bad, {}, ThreadConfig{1}), Error);
+  const int32_t neg[1] = {-3};
+  EXPECT_THROW(m.forward(st, neg, {}, ThreadConfig{1}), Error);
+  const int32_t ok[2] = {1, 2};
+  m.forward(st, ok, {}, ThreadConfig{1});
+  EXPECT_THROW(m.accept(st, 1), Error);  // not recorded
+  ForwardOptions fo;
+  fo.record = true;
+  m.forward(st, ok, fo, ThreadConfig{1});
+  EXPECT_THROW(m.accept(st, 3), Error);
+  EXPECT_THROW(m.accept(st, 0), Error);
+}
+
+namespace {
+std::string load_error(const std::string& dir) {
+  try {
+    NemotronH::load(dir);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Rewrites a checkpoint with one tensor changed by `edit` (which may drop it by returning false).
+void rewrite(const std::string& src, const std::string& dst,
+             const std::function<bool(std::string&, io::DType&, std::vector<int64_t>&, std::vector<uint8_t>&)>& edit) {
+  std::filesystem::create_directories(dst);
+  std::filesystem::copy_file(src + "/config.json", dst + "/config.json", std::filesystem::copy_options::overwrite_existing);
+  auto st = io::TensorStore::open_dir(src);
+  struct T {
+    std::string name;
+    io::DType dt;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<T> ts;
+  for (const auto& n : st.names()) {
+    const auto& v = st.get(n);
+    T t{n, v.dtype, v.shape, std::vector<uint8_t>(v.data, v.data + v.nbytes)};
+    if (edit(t.name, t.dt, t.shape, t.bytes)) ts.push_back(std::move(t));
+  }
+  io::SafetensorsWriter w(dst + "/model.safetensors");
+  for (auto& t : ts) w.declare(t.name, t.dt, t.shape);
+  w.begin();
+  for (auto& t : ts) w.write(t.bytes);
+  w.finish();
+}
+}  // namespace
+
+TEST(ModelErrors, BadCheckpointsNameTheTensor) {
+  test::TempDir src, dst;
+  synth::SynthOptions o;
+  synth::write_checkpoint(synth::preset_config("tiny-a"), src.path(), o);
+  const std::string victim = "backbone.layers.0.mixer.in_proj.weight";
+  // Missing tensor
+  rewrite(src.path(), dst.path(), [&](auto& n, auto&, auto&, auto&) { return n != victim; });
+  EXPECT_NE(load_error(dst.path()).find("missing tensor '" + victim + "'"), std::string::npos);
+  // Wrong shape
+  rewrite(src.path(), dst.path(), [&](auto& n, auto&, auto& shape, auto& bytes) {
+    if (n == victim) {
+      shape[0] -= 1;
+      bytes.resize(bytes.size() - size_t(shape[1]) * 2);
+    }
+    return true;
+  });
+  EXPECT_NE(load_error(dst.path()).find("'" + victim + "' has shape"), std::string::npos);
+  // Wrong dtype for a dense layer without a quantization config
+  rewrite(src.path(), dst.path(), [&](auto& n, auto& dt, auto& shape, auto& bytes) {
+    if (n == victim) {
+      dt = io::DType::U8;
+      shape[1] *= 2;
+    }
+    return true;
+  });
+  EXPECT_NE(load_error(dst.path()).find(victim), std::string::npos);
+  // Malformed config
+  std::ofstream(dst.path() + "/config.json") << "{\"model_type\": \"nemotron_h\", ";
+  EXPECT_NE(load_error(dst.path()).find("config.json: malformed JSON"), std::string::npos);
+  // No checkpoint at all
+  test::TempDir empty;
+  EXPECT_NE(load_error(empty.path()).find("config.json"), std::string::npos);
+}
