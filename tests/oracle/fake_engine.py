@@ -21,7 +21,7 @@ import nemotron_ref as ref  # noqa: E402
 import test_reference_selfcheck as sc  # noqa: E402
 
 PRESETS = {
-    "tiny-a": dict(pattern="M*EM-E", H=32, V=101, NH=4, P=4, G=2, N=8, E=8, topk=2),
+    "tiny-a": dict(pattern="M*EM-E", H=32, V=101, NH=4, P=4, G=2, N=8, E=8, topk=2, mtp=True),
     "tiny-b": dict(pattern="ME*ME-M", H=48, V=131, NH=6, P=4, G=3, N=6, HQ=6, HKV=2, HD=8, E=6, topk=3),
     "tiny-c": dict(pattern="*MEM-*E", H=40, V=89, NH=8, P=2, G=4, N=4, HQ=4, HKV=1, HD=10, E=4, topk=1),
 }
@@ -38,6 +38,7 @@ def main():
     ap.add_argument("--ids")
     ap.add_argument("--gen", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--mtp-dump", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(1)
     if a.cmd == "synth":
@@ -62,7 +63,14 @@ def main():
                 t[k] = t[k] + 0.3
     m = ref.NemotronH(cfg, t)
     prompt = [int(x) for x in a.ids.split(",")]
-    pre, toks, dec = ref.greedy(m, prompt, a.gen)
+    pre, toks, dec, hid = ref.greedy(m, prompt, a.gen, return_hidden=True)
+    if a.mtp_dump:
+        if bug == "mtp_concat_swap":
+            t["mtp.layers.0.eh_proj.weight"] = torch.roll(t["mtp.layers.0.eh_proj.weight"], m.cfg.H, dims=1)
+            m = ref.NemotronH(cfg, t)
+        lg = ref.mtp_dump(m, prompt, toks, hid)
+        with open(a.out + ".mtp.f32", "wb") as f:
+            f.write(lg.astype("<f4").tobytes())
     if bug == "logit_noise":
         pre = pre * (1 + 1e-3)
     ref.write_dump(a.out, prompt, toks, m.cfg.V, pre, dec)

@@ -87,6 +87,9 @@ def compare_case(case, args, model_dir, model32, prompt, work):
     cmd = [args.nemotron, "dump", "--model", model_dir, "--ids", ids, "--gen", str(args.gen), "--out", pe]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
+    want_mtp = args.engine_mtp and model32.cfg.n_mtp > 0
+    if want_mtp:
+        cmd += ["--mtp-dump"]
     try:
         rc, out, te = run_cmd(cmd, args.timeout)
     except subprocess.TimeoutExpired:
@@ -119,7 +122,7 @@ def compare_case(case, args, model_dir, model32, prompt, work):
             case.fail("engine dump format: " + p)
         return
     t0 = time.time()
-    rpre, rtoks, rdec = ref.greedy(model32, prompt, args.gen, force_tokens=etoks)
+    rpre, rtoks, rdec, rhid = ref.greedy(model32, prompt, args.gen, force_tokens=etoks, return_hidden=True)
     tr = time.time() - t0
     ref.write_dump(pr, prompt, rtoks, V, rpre, rdec)
 
@@ -142,6 +145,23 @@ def compare_case(case, args, model_dir, model32, prompt, work):
         case.fail(f"{len(bad_d)}/{len(ed)} decode rows exceed {args.tol:g}; first at decode row {bad_d[0]} "
                   f"(position {T + bad_d[0]}, rel {ed[bad_d[0]]:.3e}); rows: {bad_d[:12].tolist()}"
                   f"{' ...' if len(bad_d) > 12 else ''}")
+    if want_mtp:
+        # MTP head (spec §6.2): slot i gets (h_i, t_{i+1}); the last slot gets the engine's first greedy token
+        rm = ref.mtp_dump(model32, prompt, etoks, rhid)
+        with open(pr + ".mtp.f32", "wb") as f:
+            f.write(np.ascontiguousarray(rm, dtype="<f4").tobytes())
+        try:
+            em = np.fromfile(pe + ".mtp.f32", dtype="<f4")
+            em = em.reshape(T, V)
+        except Exception as e:  # noqa: BLE001
+            case.fail(f"cannot read engine MTP dump {pe}.mtp.f32 as [{T}, {V}]: {e}")
+        else:
+            errs = row_rel_errors(em, rm)
+            w = int(np.argmax(errs))
+            case.info(f"MTP max rel {errs[w]:.2e} (slot {w}/{T})")
+            bad = np.nonzero(errs > args.tol)[0]
+            if len(bad):
+                case.fail(f"{len(bad)}/{T} MTP rows exceed {args.tol:g}; first at slot {bad[0]} (rel {errs[bad[0]]:.3e})")
     # greedy tokens
     div = next((j for j in range(args.gen) if etoks[j] != rtoks[j]), None)
     if div is None:
@@ -225,6 +245,7 @@ def main(argv=None):
     ap.add_argument("--skip-selfcheck", action="store_true")
     ap.add_argument("--no-extra", dest="extra", action="store_false",
                     help="skip the extra bf16-sharded / f16 / 300-token cases")
+    ap.add_argument("--no-mtp", dest="mtp", action="store_false", help="do not compare the MTP head")
     ap.add_argument("--no-diagnose", dest="diagnose", action="store_false")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -248,6 +269,17 @@ def main(argv=None):
         failed += 1
         print(f"oracle: {passed} passed, {failed} failed")
         return 1
+
+    # compare the MTP head too once the engine's dump supports it (PREFIX.mtp.f32, [prompt_len, V])
+    args.engine_mtp = False
+    if args.mtp:
+        try:
+            _, helptext, _ = run_cmd([args.nemotron, "dump", "--help"], 60)
+            args.engine_mtp = "--mtp-dump" in helptext
+        except Exception:  # noqa: BLE001
+            pass
+        if not args.engine_mtp:
+            print("(engine dump has no --mtp-dump yet: MTP head not compared)")
 
     root = args.keep or tempfile.mkdtemp(prefix="nemotron-oracle-")
     os.makedirs(root, exist_ok=True)
