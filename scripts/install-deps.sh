@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency on Debian 12 (bookworm). Idempotent: does nothing
+# when everything is present. Runs as root (CI) or through sudo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(
+  build-essential cmake ninja-build pkg-config git
+  nlohmann-json3-dev libfmt-dev libcli11-dev libpcre2-dev libcpp-httplib-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-numpy python3-torch python3-jinja2
+  nodejs npm
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Test-only JavaScript tools (tokenizer cross-check), when that part of the tree is present.
+if [ -x scripts/install-text-deps.sh ]; then
+  scripts/install-text-deps.sh
+fi

@@ -1,0 +1,143 @@
+// Dense linear kernels: SIMD == scalar reference bitwise; batch and thread invariance; values
+// against a float64 dot product.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "base/numeric.h"
+#include "kernels/linear.h"
+#include "kernels/ops.h"
+
+using namespace nemo;
+using namespace nemo::kernels;
+
+namespace {
+
+struct Mat {
+  std::vector<uint8_t> bytes;
+  PackedWeight w;
+  std::vector<float> f32;  // exact widened values
+};
+
+Mat make(WeightFormat f, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  Mat m;
+  m.f32.resize(size_t(rows * cols));
+  const int es = f == WeightFormat::F32 ? 4 : 2;
+  m.bytes.resize(size_t(rows * cols * es) + 1);  // +1: test an unaligned base
+  uint8_t* base = m.bytes.data() + 1;
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    float v = u(g);
+    if (f == WeightFormat::BF16) {
+      uint16_t b = f32_to_bf16(v);
+      std::memcpy(base + 2 * i, &b, 2);
+      v = bf16_to_f32(b);
+    } else if (f == WeightFormat::F16) {
+      uint16_t b = f32_to_f16(v);
+      std::memcpy(base + 2 * i, &b, 2);
+      v = f16_to_f32(b);
+    } else {
+      std::memcpy(base + 4 * i, &v, 4);
+    }
+    m.f32[size_t(i)] = v;
+  }
+  m.w.format = f;
+  m.w.rows = rows;
+  m.w.cols = cols;
+  m.w.data = base;
+  return m;
+}
+
+std::vector<float> rand_x(int64_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-2, 2);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = u(g);
+  return x;
+}
+
+class DenseLinear : public testing::TestWithParam<std::tuple<WeightFormat, int64_t>> {};
+
+}  // namespace
+
+TEST_P(DenseLinear, SimdEqualsReferenceAndBatchInvariant) {
+  const auto [fmt, cols] = GetParam();
+  const int64_t rows = 37;
+  Mat m = make(fmt, rows, cols, 1);
+  for (int64_t n : {1, 3, 4, 5, 16, 17}) {
+    auto x = rand_x(n * cols, uint32_t(n));
+    std::vector<float> yref(size_t(n * rows)), ysimd(size_t(n * rows)), yone(static_cast<size_t>(rows));
+    linear_range(m.w, x.data(), n, cols, yref.data(), rows, 0, rows, Isa::Reference);
+    if (detected_isa() >= Isa::Avx2) {
+      linear_range(m.w, x.data(), n, cols, ysimd.data(), rows, 0, rows, Isa::Avx2);
+      ASSERT_EQ(0, std::memcmp(yref.data(), ysimd.data(), yref.size() * 4)) << "n=" << n;
+    }
+    for (int threads : {1, 2, 3}) {
+      std::vector<float> yt(size_t(n * rows));
+      linear(m.w, x.data(), n, cols, yt.data(), rows, ThreadConfig{threads});
+      ASSERT_EQ(0, std::memcmp(yref.data(), yt.data(), yt.size() * 4)) << "threads=" << threads;
+    }
+    // Each row alone gives the same bits as inside the batch.
+    for (int64_t r = 0; r < n; ++r) {
+      linear(m.w, x.data() + r * cols, 1, cols, yone.data(), rows, ThreadConfig{1});
+      ASSERT_EQ(0, std::memcmp(yone.data(), yref.data() + r * rows, size_t(rows) * 4)) << "row " << r;
+    }
+    // Values: close to a float64 dot product.
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t o = 0; o < rows; ++o) {
+        double s = 0, mag = 0;
+        for (int64_t k = 0; k < cols; ++k) {
+          s += double(m.f32[size_t(o * cols + k)]) * x[size_t(r * cols + k)];
+          mag += std::fabs(double(m.f32[size_t(o * cols + k)]) * x[size_t(r * cols + k)]);
+        }
+        ASSERT_NEAR(yref[size_t(r * rows + o)], s, 1e-6 * mag + 1e-30);
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, DenseLinear,
+                         testing::Combine(testing::Values(WeightFormat::F32, WeightFormat::BF16, WeightFormat::F16),
+                                          testing::Values(int64_t(16), int64_t(72), int64_t(100), int64_t(2688))));
+
+TEST(Ops, DotAndRmsNorm) {
+  auto a = rand_x(1001, 5), b = rand_x(1001, 6);
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
+  EXPECT_NEAR(dot(a.data(), b.data(), 1001), s, 1e-3);
+  std::vector<float> w(1001, 2.0f), out(1001);
+  rms_norm(a.data(), w.data(), 1001, 1e-5f, out.data());
+  double ms = 0;
+  for (auto v : out) ms += double(v) * v;
+  EXPECT_NEAR(std::sqrt(ms / 1001), 2.0, 1e-3);
+  // SIMD dot == reference dot bitwise (same canonical order).
+  const Isa saved = active_isa();
+  set_active_isa(Isa::Reference);
+  const float r = dot(a.data(), b.data(), 1001);
+  set_active_isa(saved);
+  EXPECT_EQ(std::memcmp(&r, &(const float&)dot(a.data(), b.data(), 1001), 4), 0);
+}
+
+TEST(Ops, Activations) {
+  EXPECT_FLOAT_EQ(softplus(25.0f), 25.0f);  // threshold 20: identity
+  EXPECT_NEAR(softplus(0.0f), std::log(2.0f), 1e-7);
+  EXPECT_FLOAT_EQ(relu2(-3.0f), 0.0f);
+  EXPECT_FLOAT_EQ(relu2(3.0f), 9.0f);
+  EXPECT_NEAR(silu(1.0f), 1.0f / (1.0f + std::exp(-1.0f)), 1e-7);
+}
+
+TEST(Numeric, Bf16F16Conversions) {
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const float f = bf16_to_f32(uint16_t(b));
+    if (!std::isnan(f)) ASSERT_EQ(f32_to_bf16(f), b);
+    const float h = f16_to_f32(uint16_t(b));
+    if (!std::isnan(h)) ASSERT_EQ(f32_to_f16(h), b) << b;
+  }
+  EXPECT_EQ(f32_to_bf16(1.00390625f), 0x3f80);  // tie → even
+  EXPECT_EQ(f32_to_bf16(1.01171875f), 0x3f82);  // tie → even (up)
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);      // rounds to inf
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));
+}
