@@ -40,6 +40,37 @@ EXTRA_CASES = [
     dict(name="tiny-b", seed=212, dtype="bf16", synth_args=["--shard-gb", "0.001"], lens=[140], tag="bf16-sharded"),
     dict(name="tiny-c", seed=313, dtype="f16", synth_args=[], lens=[300], tag="f16"),
 ]
+# Checkpoints written by THIS side (tests/oracle/test_reference_selfcheck.py generator + the reference's own
+# safetensors writer), not by `nemotron synth`: exercises the engine's loader on config/tensor-name variants the
+# spec says must be accepted (§7, §8.2 #12) and a finite time_step_limit.
+OWN_CASES = [
+    dict(name="own-pattern", seed=77, lens=[140], tag="",
+         cfg=dict(pattern="M*EM-E*M", H=40, V=150, NH=6, P=5, G=3, N=7, K=4, HQ=6, HKV=3, HD=7, E=7, topk=3,
+                  F=9, FS=11, inter=13, use_list=False),
+         extra_cfg={"time_step_limit": [0.05, 0.2]}, model_prefix=True),
+    dict(name="own-layertypes", seed=78, lens=[7], tag="",
+         cfg=dict(pattern="*M-EM", H=24, V=64, NH=2, P=6, G=2, N=5, K=3, HQ=4, HKV=1, HD=5, E=5, topk=2,
+                  F=7, FS=6, inter=10),
+         layer_types=True),
+]
+
+
+def write_own_checkpoint(d, spec):
+    import test_reference_selfcheck as sc
+    cfg = sc.make_config(**spec["cfg"])
+    tensors = sc.make_tensors(cfg, seed=spec["seed"])
+    cfg.update(spec.get("extra_cfg", {}))
+    if spec.get("layer_types"):
+        names = {"M": "linear_attention", "*": "full_attention", "E": "moe", "-": "mlp"}
+        cfg.pop("layers_block_type", None)
+        cfg["layer_types"] = [names[ch] for ch in spec["cfg"]["pattern"]]
+    if spec.get("model_prefix"):
+        tensors = {("model." + k[len("backbone."):] if k.startswith("backbone.") else k): v
+                   for k, v in tensors.items()}
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)  # writes bare Infinity for time_step_limit, as HF does
+    ref.write_safetensors(os.path.join(d, "model.safetensors"), tensors)
 
 
 def row_rel_errors(eng, refm):
@@ -298,6 +329,7 @@ def main(argv=None):
                                     tag=dt if dt and dt != "f32" else ""))
             if args.extra and args.presets == ap.get_default("presets") and args.lens is None:
                 targets += [dict(t) for t in EXTRA_CASES]
+                targets += [dict(t) for t in OWN_CASES]
             for t in targets:
                 t["dir"] = os.path.join(root, f"{t['name']}-s{t['seed']}" + (f"-{t['tag']}" if t["tag"] else ""))
 
@@ -305,7 +337,12 @@ def main(argv=None):
             name, seed, mdir = tgt["name"], tgt["seed"], tgt["dir"]
             model32 = None
             setup_err = None
-            if seed is not None:
+            if "cfg" in tgt:
+                try:
+                    write_own_checkpoint(mdir, tgt)
+                except Exception as e:  # noqa: BLE001
+                    setup_err = f"cannot write own checkpoint {mdir}: {e}"
+            elif seed is not None:
                 cmd = [args.nemotron, "synth", "--preset", name, "--dtype", tgt["dtype"], "--seed", str(seed),
                        "--out", mdir] + tgt["synth_args"]
                 try:
