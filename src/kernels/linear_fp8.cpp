@@ -9,9 +9,9 @@
 #include <immintrin.h>
 
 #include <array>
+#include <vector>
 
 #include "base/error.h"
-#include "base/memory.h"
 #include "kernels/fp8.h"
 #include "kernels/linear_packed.h"
 #include "kernels/quantize.h"
@@ -104,7 +104,7 @@ void linear_fp8_static(const PackedWeight& w, float input_scale, const float* x,
   NEMO_CHECK(std::isfinite(input_scale) && input_scale > 0.0f, "linear_fp8_static: bad input_scale {}",
              input_scale);
   // Quantised activations are exact E4M3 values; the combined scale is one f32 product, as on GPU.
-  Buffer<float> xq(size_t(n_rows * w.cols));
+  std::vector<float> xq(static_cast<size_t>(n_rows * w.cols));
   for (int64_t r = 0; r < n_rows; ++r)
     fp8_quantize_activations(x + r * x_stride, w.cols, input_scale, xq.data() + r * w.cols);
   PackedWeight wq = w;

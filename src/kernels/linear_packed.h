@@ -23,7 +23,6 @@
 #include <cstring>
 #include <vector>
 
-#include "base/memory.h"
 #include "kernels/linear_impl.h"
 
 namespace nemo::kernels::detail::packed {
@@ -147,7 +146,7 @@ void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x
   const int64_t K = w.cols, K16 = K - K % 16;
   // Output block: ~192 KB of decoded f32 weights, reused by every row tile while in L2.
   const int64_t ob = std::clamp<int64_t>((192 * 1024) / (4 * std::max<int64_t>(K, 1)), 1, 256);
-  Buffer<float> buf(size_t(ob * K));
+  std::vector<float> buf(static_cast<size_t>(ob * K));
   float post[256];
   D d;
   d.init(w);

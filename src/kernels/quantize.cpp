@@ -49,6 +49,8 @@ Nvfp4Quantized quantize_nvfp4(std::span<const float> w, int64_t rows, int64_t co
   q.cols = cols;
   // weight_scale_2 = amax / (6 * 448), f32 division as in ModelOpt.
   q.scale2 = scale2 > 0.0f ? scale2 : amax_of(w) / 2688.0f;
+  // An all-zero tensor would give 0/0 block scales (as in ModelOpt); any positive scale2 decodes it.
+  if (!(q.scale2 > 0.0f) || !std::isfinite(q.scale2)) q.scale2 = 1.0f / 2688.0f;
   q.packed.assign(size_t(rows * cols / 2), 0);
   q.scales.assign(size_t(rows * cols / 16), 0);
   const auto& e4m3 = e4m3_table();

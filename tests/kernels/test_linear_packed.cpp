@@ -1,0 +1,361 @@
+// Packed-weight linear kernels: SIMD == reference bitwise, batch/tile/thread invariance, equality
+// with the dense kernel on the exact kernel weights, accuracy, and the FP8 W8A8 parity mode.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/numeric.h"
+#include "kernels/fp8.h"
+#include "kernels/linear.h"
+#include "kernels/linear_impl.h"
+#include "kernels/quantize.h"
+
+using namespace nemo;
+using namespace nemo::kernels;
+
+namespace {
+
+// A packed weight with its storage and, for checks, its exact kernel weights w' and `post`
+// (linear_packed.h: y = dense(w') * post bitwise).
+struct Case {
+  std::string name;
+  PackedWeight w;
+  std::vector<uint8_t> data, scales, biases;
+  std::vector<float> kernel_w;  // [rows, cols]
+  float post = 1.0f;
+};
+
+float rand_bf16(std::mt19937& g, float lo, float hi) {
+  return bf16_to_f32(f32_to_bf16(std::uniform_real_distribution<float>(lo, hi)(g)));
+}
+
+uint8_t rand_e4m3(std::mt19937& g, int lo, int hi) {  // code in [lo, hi], never NaN
+  uint8_t b;
+  do b = uint8_t(std::uniform_int_distribution<int>(lo, hi)(g));
+  while ((b & 0x7F) == 0x7F);
+  return b;
+}
+
+std::unique_ptr<Case> make_nvfp4(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 g(seed);
+  auto c = std::make_unique<Case>();
+  c->name = "nvfp4 " + std::to_string(rows) + "x" + std::to_string(cols);
+  c->data.resize(static_cast<size_t>(rows * cols / 2));
+  c->scales.resize(static_cast<size_t>(rows * cols / 16));
+  for (auto& b : c->data) b = uint8_t(g());
+  for (auto& s : c->scales) s = rand_e4m3(g, 0x00, 0x7E);  // all magnitudes incl. subnormals
+  c->post = 0.000173f;
+  c->w = {WeightFormat::NVFP4, rows, cols, c->data.data(), c->scales.data(), nullptr, c->post, 16};
+  const auto& t = e4m3_table();
+  const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  c->kernel_w.resize(static_cast<size_t>(rows * cols));
+  for (int64_t o = 0; o < rows; ++o)
+    for (int64_t k = 0; k < cols; ++k) {
+      const uint8_t b = c->data[size_t(o * cols / 2 + k / 2)];
+      c->kernel_w[size_t(o * cols + k)] = e2m1[k & 1 ? b >> 4 : b & 15] * t[c->scales[size_t(o * cols / 16 + k / 16)]];
+    }
+  return c;
+}
+
+std::unique_ptr<Case> make_fp8(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 g(seed);
+  auto c = std::make_unique<Case>();
+  c->name = "fp8 " + std::to_string(rows) + "x" + std::to_string(cols);
+  c->data.resize(static_cast<size_t>(rows * cols));
+  for (auto& b : c->data) b = rand_e4m3(g, 0x00, 0xFF);
+  c->w = {WeightFormat::FP8_E4M3, rows, cols, c->data.data(), nullptr, nullptr, 0.0123f, 0};
+  c->post = 0.0123f * 256.0f;
+  c->kernel_w.resize(c->data.size());
+  for (size_t i = 0; i < c->data.size(); ++i) c->kernel_w[i] = e4m3_table()[c->data[i]] / 256.0f;
+  return c;
+}
+
+std::unique_ptr<Case> make_affine(int64_t rows, int64_t cols, int bits, int group, uint32_t seed) {
+  std::mt19937 g(seed);
+  auto c = std::make_unique<Case>();
+  c->name = "affine" + std::to_string(bits) + " g" + std::to_string(group) + " " + std::to_string(rows) + "x" +
+            std::to_string(cols);
+  c->data.resize(static_cast<size_t>(rows * cols * bits / 8));
+  for (auto& b : c->data) b = uint8_t(g());
+  const int64_t ng = rows * cols / group;
+  c->scales.resize(static_cast<size_t>(2 * ng));
+  c->biases.resize(static_cast<size_t>(2 * ng));
+  std::vector<float> s(static_cast<size_t>(ng)), b(static_cast<size_t>(ng));
+  for (int64_t i = 0; i < ng; ++i) {
+    s[i] = rand_bf16(g, -0.01f, 0.01f);  // negative scales occur in MLX files
+    b[i] = rand_bf16(g, -0.1f, 0.1f);
+    const uint16_t sb = f32_to_bf16(s[i]), bb = f32_to_bf16(b[i]);
+    std::memcpy(&c->scales[size_t(2 * i)], &sb, 2);
+    std::memcpy(&c->biases[size_t(2 * i)], &bb, 2);
+  }
+  c->w = {bits == 4 ? WeightFormat::AFFINE4 : WeightFormat::AFFINE8, rows, cols, c->data.data(),
+          c->scales.data(), c->biases.data(), 1.0f, group};
+  c->kernel_w.resize(static_cast<size_t>(rows * cols));
+  for (int64_t o = 0; o < rows; ++o)
+    for (int64_t k = 0; k < cols; ++k) {
+      const int64_t i = o * cols + k;
+      const int q = bits == 4 ? (c->data[size_t(i / 2)] >> (4 * (i & 1))) & 15 : c->data[size_t(i)];
+      c->kernel_w[size_t(i)] = std::fma(float(q), s[size_t(i / group)], b[size_t(i / group)]);
+    }
+  return c;
+}
+
+std::vector<std::unique_ptr<Case>> all_cases() {
+  std::vector<std::unique_ptr<Case>> v;
+  v.push_back(make_nvfp4(37, 96, 1));
+  v.push_back(make_nvfp4(20, 80, 2));  // K % 32 == 16
+  v.push_back(make_nvfp4(9, 16, 3));
+  v.push_back(make_fp8(37, 96, 4));
+  v.push_back(make_fp8(23, 37, 5));  // scalar tail (K % 16 != 0)
+  v.push_back(make_fp8(5, 7, 6));    // tail only
+  v.push_back(make_affine(37, 128, 4, 32, 7));
+  v.push_back(make_affine(21, 192, 4, 64, 8));
+  v.push_back(make_affine(19, 256, 4, 128, 9));
+  v.push_back(make_affine(37, 128, 8, 32, 10));
+  v.push_back(make_affine(21, 192, 8, 64, 11));
+  v.push_back(make_affine(19, 256, 8, 128, 12));
+  return v;
+}
+
+std::vector<float> rand_x(int64_t n_rows, int64_t stride, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n_rows * stride));
+  for (auto& v : x) v = nd(g);
+  return x;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::string first_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i]))
+      return "index " + std::to_string(i) + ": " + std::to_string(a[i]) + " vs " + std::to_string(b[i]);
+  return "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+}
+
+const int64_t kRowCounts[] = {1, 2, 3, 4, 5, 8, 16, 17};
+
+// Restores the process-wide ISA after a test that overrides it.
+struct IsaGuard {
+  Isa saved = active_isa();
+  ~IsaGuard() { set_active_isa(saved); }
+};
+
+}  // namespace
+
+TEST(LinearPacked, SimdEqualsReferenceBitwise) {
+  if (detected_isa() == Isa::Reference) GTEST_SKIP() << "no SIMD ISA on this CPU";
+  for (const auto& c : all_cases()) {
+    const int64_t K = c->w.cols, N = c->w.rows;
+    for (int64_t n : kRowCounts) {
+      const int64_t xs = K + 3, ys = N + 5;
+      const auto x = rand_x(n, xs, uint32_t(n * 7 + K));
+      std::vector<float> y_ref(static_cast<size_t>(n * ys), -1.0f), y_simd(static_cast<size_t>(n * ys), -1.0f);
+      linear_range(c->w, x.data(), n, xs, y_ref.data(), ys, 0, N, Isa::Reference);
+      linear_range(c->w, x.data(), n, xs, y_simd.data(), ys, 0, N, detected_isa());
+      EXPECT_TRUE(bitwise_equal(y_ref, y_simd)) << c->name << " rows=" << n << " " << first_diff(y_ref, y_simd);
+    }
+  }
+}
+
+TEST(LinearPacked, ThreadsAndRangesDoNotChangeBits) {
+  IsaGuard guard;
+  for (const auto& c : all_cases()) {
+    const int64_t K = c->w.cols, N = c->w.rows;
+    for (int64_t n : {int64_t(1), int64_t(3), int64_t(5), int64_t(17)}) {
+      const auto x = rand_x(n, K, uint32_t(n + 100));
+      std::vector<float> y_ref(static_cast<size_t>(n * N));
+      linear_range(c->w, x.data(), n, K, y_ref.data(), N, 0, N, Isa::Reference);
+      for (Isa isa : {Isa::Reference, detected_isa()}) {
+        set_active_isa(isa);
+        for (int nt : {1, 2, 3}) {
+          std::vector<float> y(static_cast<size_t>(n * N), NAN);
+          linear(c->w, x.data(), n, K, y.data(), N, ThreadConfig{nt});
+          EXPECT_TRUE(bitwise_equal(y_ref, y))
+              << c->name << " rows=" << n << " threads=" << nt << " " << isa_name(isa) << " " << first_diff(y_ref, y);
+        }
+        // Odd output ranges (a caller partitioning work) give the same bits.
+        std::vector<float> y(static_cast<size_t>(n * N), NAN);
+        for (int64_t b = 0; b < N;) {
+          const int64_t e = std::min(N, b + 1 + b % 3);
+          linear_range(c->w, x.data(), n, K, y.data(), N, b, e, isa);
+          b = e;
+        }
+        EXPECT_TRUE(bitwise_equal(y_ref, y)) << c->name << " ranges " << isa_name(isa) << " " << first_diff(y_ref, y);
+      }
+    }
+  }
+}
+
+TEST(LinearPacked, RowAloneEqualsRowInBatch) {
+  for (const auto& c : all_cases()) {
+    const int64_t K = c->w.cols, N = c->w.rows, n = 17;
+    const auto x = rand_x(n, K, 77);
+    for (Isa isa : {Isa::Reference, detected_isa()}) {
+      std::vector<float> y(static_cast<size_t>(n * N));
+      linear_range(c->w, x.data(), n, K, y.data(), N, 0, N, isa);
+      for (int64_t r = 0; r < n; ++r) {
+        std::vector<float> y1(static_cast<size_t>(N));
+        linear_range(c->w, x.data() + r * K, 1, K, y1.data(), N, 0, N, isa);
+        EXPECT_EQ(0, std::memcmp(y1.data(), y.data() + r * N, size_t(N) * 4))
+            << c->name << " row " << r << " " << isa_name(isa);
+        // ... and inside a batch of a different size at a different position.
+        std::vector<float> x3(static_cast<size_t>(3 * K));
+        for (int j = 0; j < 3; ++j) std::memcpy(&x3[size_t(j * K)], x.data() + ((r + j) % n) * K, size_t(K) * 4);
+        std::vector<float> y3(static_cast<size_t>(3 * N));
+        linear_range(c->w, x3.data(), 3, K, y3.data(), N, 0, N, isa);
+        EXPECT_EQ(0, std::memcmp(y3.data(), y.data() + r * N, size_t(N) * 4)) << c->name << " row " << r;
+      }
+    }
+  }
+}
+
+TEST(LinearPacked, EqualsDenseKernelOnKernelWeights) {
+  for (const auto& c : all_cases()) {
+    const int64_t K = c->w.cols, N = c->w.rows, n = 5;
+    const auto x = rand_x(n, K, 5);
+    PackedWeight d{WeightFormat::F32, N, K, c->kernel_w.data()};
+    std::vector<float> yd(static_cast<size_t>(n * N)), yp(static_cast<size_t>(n * N));
+    linear_range(d, x.data(), n, K, yd.data(), N, 0, N, Isa::Reference);
+    for (auto& v : yd) v *= c->post;
+    linear_range(c->w, x.data(), n, K, yp.data(), N, 0, N, Isa::Reference);
+    EXPECT_TRUE(bitwise_equal(yd, yp)) << c->name << " " << first_diff(yd, yp);
+  }
+}
+
+TEST(LinearPacked, AccurateAgainstDoubleDequantized) {
+  for (const auto& c : all_cases()) {
+    const int64_t K = c->w.cols, N = c->w.rows, n = 3;
+    const auto x = rand_x(n, K, 9);
+    std::vector<float> y(static_cast<size_t>(n * N));
+    linear(c->w, x.data(), n, K, y.data(), N, ThreadConfig{2});
+    std::vector<float> wr(static_cast<size_t>(K));
+    for (int64_t o = 0; o < N; ++o) {
+      dequantize_row(c->w, o, wr.data());
+      for (int64_t r = 0; r < n; ++r) {
+        double s = 0, a = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          s += double(wr[k]) * x[size_t(r * K + k)];
+          a += std::fabs(double(wr[k]) * x[size_t(r * K + k)]);
+        }
+        EXPECT_NEAR(y[size_t(r * N + o)], s, 4e-6 * a + 1e-30) << c->name << " o=" << o << " r=" << r;
+      }
+    }
+  }
+}
+
+TEST(LinearPacked, DequantizeRowMatchesKernelWeights) {
+  for (const auto& c : all_cases()) {
+    const int64_t K = c->w.cols;
+    std::vector<float> wr(static_cast<size_t>(K));
+    for (int64_t o = 0; o < c->w.rows; ++o) {
+      dequantize_row(c->w, o, wr.data());
+      for (int64_t k = 0; k < K; ++k) {
+        const float want = c->kernel_w[size_t(o * K + k)] * c->post;
+        // NVFP4 decodes E2M1 * (E4M3 * s2) (spec order): within 1 ulp of (E2M1 * E4M3) * s2.
+        EXPECT_LE(std::fabs(wr[k] - want), std::fabs(want) * 1.2e-7f) << c->name << " o=" << o << " k=" << k;
+      }
+    }
+  }
+}
+
+TEST(LinearPacked, NonFiniteInputsPropagate) {
+  for (const auto& c : all_cases()) {
+    const int64_t K = c->w.cols, N = c->w.rows;
+    auto x = rand_x(2, K, 3);
+    x[size_t(K + K / 2)] = NAN;
+    for (Isa isa : {Isa::Reference, detected_isa()}) {
+      std::vector<float> y(static_cast<size_t>(2 * N));
+      linear_range(c->w, x.data(), 2, K, y.data(), N, 0, N, isa);
+      for (int64_t o = 0; o < N; ++o) {
+        EXPECT_FALSE(std::isnan(y[size_t(o)])) << c->name;
+        EXPECT_TRUE(std::isnan(y[size_t(N + o)])) << c->name;
+      }
+    }
+  }
+}
+
+TEST(LinearPacked, Fp8StaticActivationParity) {
+  const auto c = make_fp8(13, 64, 21);
+  const int64_t K = 64, N = 13, n = 3;
+  auto x = rand_x(n, K, 22);
+  x[5] = 1000.0f;  // clipped at 448 * input_scale
+  const float is = 0.02f;
+  std::vector<float> y(static_cast<size_t>(n * N));
+  linear_fp8_static(c->w, is, x.data(), n, K, y.data(), N, ThreadConfig{2});
+  std::vector<float> xq(static_cast<size_t>(K)), wr(static_cast<size_t>(K));
+  for (int64_t r = 0; r < n; ++r) {
+    fp8_quantize_activations(x.data() + r * K, K, is, xq.data());
+    for (int64_t o = 0; o < N; ++o) {
+      double s = 0, a = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = double(e4m3_table()[c->data[size_t(o * K + k)]]) * xq[k];
+        s += p;
+        a += std::fabs(p);
+      }
+      const double want = s * double(is * c->w.scale);
+      EXPECT_NEAR(y[size_t(r * N + o)], want, 4e-6 * a * double(is * c->w.scale)) << o;
+    }
+  }
+  EXPECT_EQ(xq.size(), size_t(K));
+  // Row 0 element 5 saturated: x_q = 448.
+  fp8_quantize_activations(x.data(), K, is, xq.data());
+  EXPECT_EQ(xq[5], 448.0f);
+  EXPECT_THROW(linear_fp8_static(make_nvfp4(2, 16, 1)->w, is, x.data(), 1, K, y.data(), N, ThreadConfig{1}),
+               nemo::Error);
+}
+
+TEST(LinearPacked, Fp8NanCodesAreFoundByTheScan) {
+  std::vector<uint8_t> b(1000, 0x3C);
+  EXPECT_FALSE(e4m3_has_nan(b));
+  b[777] = 0xFF;
+  EXPECT_TRUE(e4m3_has_nan(b));
+  b[777] = 0x7F;
+  EXPECT_TRUE(e4m3_has_nan(b));
+  b[777] = 0x7E;
+  EXPECT_FALSE(e4m3_has_nan(b));
+}
+
+TEST(LinearPacked, ValidatePackedWeight) {
+  const auto c = make_nvfp4(4, 32, 1);
+  EXPECT_NO_THROW(validate_packed_weight(c->w, "m"));
+  PackedWeight w = c->w;
+  w.scale = NAN;
+  try {
+    validate_packed_weight(w, "backbone.layers.1.mixer.experts.0.up_proj");
+    FAIL();
+  } catch (const nemo::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("backbone.layers.1.mixer.experts.0.up_proj"), std::string::npos);
+  }
+  w = c->w;
+  w.cols = 24;
+  EXPECT_THROW(validate_packed_weight(w, "m"), nemo::Error);
+  w = c->w;
+  w.scales = nullptr;
+  EXPECT_THROW(validate_packed_weight(w, "m"), nemo::Error);
+  const auto a = make_affine(2, 64, 4, 64, 1);
+  w = a->w;
+  EXPECT_NO_THROW(validate_packed_weight(w, "m"));
+  w.group = 48;
+  EXPECT_THROW(validate_packed_weight(w, "m"), nemo::Error);
+  const auto f = make_fp8(2, 8, 1);
+  w = f->w;
+  w.scale = 0.0f;
+  EXPECT_THROW(validate_packed_weight(w, "m"), nemo::Error);
+}
+
+TEST(LinearPacked, BytesAndNames) {
+  EXPECT_EQ(make_nvfp4(4, 32, 1)->w.bytes(), 4 * 16 + 4 * 2);
+  EXPECT_EQ(make_affine(2, 64, 4, 64, 1)->w.bytes(), 2 * 32 + 2 * 4);
+  EXPECT_STREQ(weight_format_name(WeightFormat::NVFP4), "nvfp4");
+}
