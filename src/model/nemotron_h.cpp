@@ -42,6 +42,24 @@ std::unique_ptr<NemotronH> NemotronH::load(const std::string& dir) {
 
 int64_t NemotronH::weight_bytes() const { return int64_t(store_.total_bytes()); }
 
+int64_t NemotronH::decode_bytes_per_token() const {
+  int64_t b = lm_head_.bytes() + embeddings_.bytes() / std::max<int64_t>(1, embeddings_.rows);
+  for (const Layer& L : layers_) {
+    b += int64_t(L.norm_w.size()) * 2;
+    if (const auto* m = std::get_if<Mamba2Weights>(&L.mixer)) b += m->in_proj.bytes() + m->out_proj.bytes();
+    if (const auto* a = std::get_if<AttentionWeights>(&L.mixer))
+      b += a->q_proj.bytes() + a->k_proj.bytes() + a->v_proj.bytes() + a->o_proj.bytes();
+    if (const auto* p = std::get_if<MlpWeights>(&L.mixer)) b += p->up.bytes() + p->down.bytes();
+    if (const auto* e = std::get_if<MoEWeights>(&L.mixer)) {
+      int64_t experts = 0;
+      for (const auto& x : e->experts) experts += x.up.bytes() + x.down.bytes();
+      b += e->gate.bytes() + experts / int64_t(e->experts.size()) * cfg_.num_experts_per_tok;
+      for (const auto& x : e->shared) b += x.up.bytes() + x.down.bytes();
+    }
+  }
+  return b;
+}
+
 void NemotronH::embed(int32_t token, float* out) const { kernels::dequantize_row(embeddings_, token, out); }
 
 void NemotronH::logits_from_hidden(const float* hidden, int64_t n, float* logits, const ThreadConfig& tc) const {
