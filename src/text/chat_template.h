@@ -14,10 +14,10 @@
 namespace nemo::text {
 
 struct ChatOptions {
-  nlohmann::json tools;                   // null: `tools` undefined in the template
+  nlohmann::ordered_json tools;           // null: `tools` undefined in the template
   bool add_generation_prompt = true;
   std::optional<bool> enable_thinking;    // nullopt: undefined (template default)
-  nlohmann::json extra = nlohmann::json::object();  // more template variables (e.g. truncate_history_thinking)
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // more template variables (e.g. truncate_history_thinking)
   std::string bos_token, eos_token;       // exposed as bos_token / eos_token
 };
 
@@ -29,10 +29,11 @@ class ChatTemplate {
   ChatTemplate& operator=(ChatTemplate&&) noexcept;
   ~ChatTemplate();
 
-  // Renders with `context` (a JSON object) as the global variables.
-  std::string render(const nlohmann::json& context) const;
+  // Renders with `context` (a JSON object) as the global variables. ordered_json keeps
+  // key order, which templates observe (tool parameters, call arguments).
+  std::string render(const nlohmann::ordered_json& context) const;
   // Convenience: messages + options -> prompt text.
-  std::string apply(const nlohmann::json& messages, const ChatOptions& opts = {}) const;
+  std::string apply(const nlohmann::ordered_json& messages, const ChatOptions& opts = {}) const;
 
   struct Program;
 

@@ -8,3 +8,10 @@ add_test(NAME text_tokenizer_vs_js
          COMMAND /usr/bin/python3 ${_text_dir}/run_tokenizer_xcheck.py
                  --tool $<TARGET_FILE:nemotron_text_tool> --work ${CMAKE_CURRENT_BINARY_DIR}/text_xcheck)
 set_tests_properties(text_tokenizer_vs_js PROPERTIES LABELS "text;xcheck" TIMEOUT 600)
+
+# Both Nemotron chat templates (shared/data/chat_templates) vs Python Jinja2, byte for byte.
+add_test(NAME text_template_vs_jinja2
+         COMMAND /usr/bin/python3 ${_text_dir}/run_template_xcheck.py
+                 --tool $<TARGET_FILE:nemotron_text_tool> --work ${CMAKE_CURRENT_BINARY_DIR}/text_template_xcheck)
+set_tests_properties(text_template_vs_jinja2 PROPERTIES LABELS "text;xcheck" TIMEOUT 300
+                     ENVIRONMENT "NEMOTRON_SHARED_DIR=${CMAKE_CURRENT_SOURCE_DIR}/../shared")

@@ -68,7 +68,7 @@ static int cmd_bench(const std::string& dir, const std::string& file, int repeat
 
 static int cmd_render(const std::string& tmpl_path, const std::string& cases, const std::string& out) {
   ChatTemplate tmpl(slurp(tmpl_path), tmpl_path);
-  json in = json::parse(slurp(cases));
+  auto in = nlohmann::ordered_json::parse(slurp(cases));
   json res = json::array();
   for (const auto& c : in) {
     try {
