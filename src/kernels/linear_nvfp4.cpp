@@ -62,10 +62,18 @@ struct Nvfp4Ref {
 struct Nvfp4Avx2 : Nvfp4Ref {
   const float* half = nullptr;
   __m128i lut{}, m0f{};
+  __m256i lut16{}, m0f16{};
 
   void init(const PackedWeight& w) {
     Nvfp4Ref::init(w);
     half = e4m3_half_table().data();
+    // High byte of the IEEE half of each E2M1 value (the low byte is always 0): +-0, .5, 1, 1.5,
+    // 2, 3, 4, 6. Code 8 gives +0 like the reference table.
+    lut16 = _mm256_setr_epi8(0, 0x38, 0x3C, 0x3E, 0x40, 0x42, 0x44, 0x46, 0, int8_t(0xB8), int8_t(0xBC),
+                             int8_t(0xBE), int8_t(0xC0), int8_t(0xC2), int8_t(0xC4), int8_t(0xC6), 0, 0x38, 0x3C,
+                             0x3E, 0x40, 0x42, 0x44, 0x46, 0, int8_t(0xB8), int8_t(0xBC), int8_t(0xBE),
+                             int8_t(0xC0), int8_t(0xC2), int8_t(0xC4), int8_t(0xC6));
+    m0f16 = _mm256_set1_epi16(0x0F0F);
     // 2 * E2M1 as int8, indexed by the 4-bit code.
     lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
     m0f = _mm_set1_epi8(0x0F);
@@ -78,6 +86,21 @@ struct Nvfp4Avx2 : Nvfp4Ref {
     const __m256 s = _mm256_broadcast_ss(half + rs[k >> 4]);
     w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), s);
     w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v))), s);
+  }
+  // Two blocks: bytes -> words (b | b << 4) & 0x0F0F puts the codes of elements 2j, 2j+1 in bytes
+  // 2j, 2j+1 (element order across both 128-bit lanes); the LUT gives IEEE-half high bytes;
+  // interleaving with zero makes halves, which F16C widens exactly. Then times E4M3 (exact).
+  void decode32(int64_t k, __m256& w0, __m256& w1, __m256& w2, __m256& w3) const {
+    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rd + (k >> 1))));
+    const __m256i c = _mm256_and_si256(_mm256_or_si256(b, _mm256_slli_epi16(b, 4)), m0f16);
+    const __m256i h = _mm256_shuffle_epi8(lut16, c);
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i lo = _mm256_unpacklo_epi8(z, h), hi = _mm256_unpackhi_epi8(z, h);  // 0-7|16-23, 8-15|24-31
+    const __m256 s0 = _mm256_broadcast_ss(e4m3 + rs[k >> 4]), s1 = _mm256_broadcast_ss(e4m3 + rs[(k >> 4) + 1]);
+    w0 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(lo)), s0);
+    w1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(hi)), s0);
+    w2 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1)), s1);
+    w3 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1)), s1);
   }
 };
 

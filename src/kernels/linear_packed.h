@@ -55,94 +55,145 @@ void range_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 
-// R rows x O outputs, decoding each weight once for the R rows. Used for small batches, where the
-// kernel must stream weights at memory speed; O = 2 gives two independent FMA chains per row.
-template <class D, int R, int O>
-inline void tile_fused(const PackedWeight& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t o) {
+template <class D>
+concept HasDecode32 = requires(D d, int64_t k, __m256& w) { d.decode32(k, w, w, w, w); };
+
+// One row, four outputs: four independent decoders and eight FMA chains hide the FMA latency
+// while the kernel streams weights. Plain locals (no arrays) so nothing is spilled. Decoders that
+// can decode 32 weights at once (two lanes' worth of integer work per instruction) do so.
+template <class D>
+inline void row1_x4(const PackedWeight& w, const float* x, float* y, int64_t o) {
   const int64_t K = w.cols, K16 = K - K % 16;
-  D d[O];
-  __m256 a0[O][R], a1[O][R];
-#pragma GCC unroll 2
-  for (int j = 0; j < O; ++j) {
-    d[j].init(w);
-    d[j].row(o + j);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) a0[j][r] = a1[j][r] = _mm256_setzero_ps();
+  D d0, d1, d2, d3;
+  d0.init(w), d1.init(w), d2.init(w), d3.init(w);
+  d0.row(o), d1.row(o + 1), d2.row(o + 2), d3.row(o + 3);
+  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+  int64_t k = 0;
+  if constexpr (HasDecode32<D>) {
+    for (; k + 32 <= K16; k += 32) {
+      const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
+      const __m256 x2 = _mm256_loadu_ps(x + k + 16), x3 = _mm256_loadu_ps(x + k + 24);
+      __m256 w0, w1, w2, w3;
+      d0.decode32(k, w0, w1, w2, w3);
+      a00 = _mm256_fmadd_ps(w2, x2, _mm256_fmadd_ps(w0, x0, a00));
+      a01 = _mm256_fmadd_ps(w3, x3, _mm256_fmadd_ps(w1, x1, a01));
+      d1.decode32(k, w0, w1, w2, w3);
+      a10 = _mm256_fmadd_ps(w2, x2, _mm256_fmadd_ps(w0, x0, a10));
+      a11 = _mm256_fmadd_ps(w3, x3, _mm256_fmadd_ps(w1, x1, a11));
+      d2.decode32(k, w0, w1, w2, w3);
+      a20 = _mm256_fmadd_ps(w2, x2, _mm256_fmadd_ps(w0, x0, a20));
+      a21 = _mm256_fmadd_ps(w3, x3, _mm256_fmadd_ps(w1, x1, a21));
+      d3.decode32(k, w0, w1, w2, w3);
+      a30 = _mm256_fmadd_ps(w2, x2, _mm256_fmadd_ps(w0, x0, a30));
+      a31 = _mm256_fmadd_ps(w3, x3, _mm256_fmadd_ps(w1, x1, a31));
+    }
   }
+  for (; k < K16; k += 16) {
+    const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
+    __m256 w0, w1;
+    d0.decode16(k, w0, w1);
+    a00 = _mm256_fmadd_ps(w0, x0, a00);
+    a01 = _mm256_fmadd_ps(w1, x1, a01);
+    d1.decode16(k, w0, w1);
+    a10 = _mm256_fmadd_ps(w0, x0, a10);
+    a11 = _mm256_fmadd_ps(w1, x1, a11);
+    d2.decode16(k, w0, w1);
+    a20 = _mm256_fmadd_ps(w0, x0, a20);
+    a21 = _mm256_fmadd_ps(w1, x1, a21);
+    d3.decode16(k, w0, w1);
+    a30 = _mm256_fmadd_ps(w0, x0, a30);
+    a31 = _mm256_fmadd_ps(w1, x1, a31);
+  }
+  const auto fin = [&](const D& d, __m256 a0, __m256 a1) {
+    alignas(32) float v[8];
+    _mm256_store_ps(v, _mm256_add_ps(a0, a1));
+    float t = 0.0f;
+    for (int64_t k = K16; k < K; ++k) t = std::fma(d.at(k), x[k], t);
+    return (hsum8_fixed(v) + t) * d.post();
+  };
+  y[o] = fin(d0, a00, a01);
+  y[o + 1] = fin(d1, a10, a11);
+  y[o + 2] = fin(d2, a20, a21);
+  y[o + 3] = fin(d3, a30, a31);
+}
+
+template <class D>
+inline void row1_x1(const PackedWeight& w, const float* x, float* y, int64_t o) {
+  const int64_t K = w.cols, K16 = K - K % 16;
+  D d;
+  d.init(w);
+  d.row(o);
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0;
   for (int64_t k = 0; k < K16; k += 16) {
-#pragma GCC unroll 2
-    for (int j = 0; j < O; ++j) {
-      __m256 w0, w1;
-      d[j].decode16(k, w0, w1);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const float* xr = x + r * xs + k;
-        a0[j][r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr), a0[j][r]);
-        a1[j][r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr + 8), a1[j][r]);
-      }
-    }
+    __m256 w0, w1;
+    d.decode16(k, w0, w1);
+    a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k), a0);
+    a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + k + 8), a1);
   }
-  for (int j = 0; j < O; ++j)
-    for (int r = 0; r < R; ++r) {
-      alignas(32) float v[8];
-      _mm256_store_ps(v, _mm256_add_ps(a0[j][r], a1[j][r]));
-      const float* xr = x + r * xs;
-      float t = 0.0f;
-      for (int64_t k = K16; k < K; ++k) t = std::fma(d[j].at(k), xr[k], t);
-      y[r * ys + o + j] = (hsum8_fixed(v) + t) * d[j].post();
-    }
+  alignas(32) float v[8];
+  _mm256_store_ps(v, _mm256_add_ps(a0, a1));
+  float t = 0.0f;
+  for (int64_t k = K16; k < K; ++k) t = std::fma(d.at(k), x[k], t);
+  y[o] = (hsum8_fixed(v) + t) * d.post();
 }
 
-template <class D, int R>
-inline void rows_fused(const PackedWeight& w, const float* x, int64_t xs, float* y, int64_t ys,
-                       int64_t o_begin, int64_t o_end) {
+template <class D>
+inline void rows_fused(const PackedWeight& w, const float* x, float* y, int64_t o_begin, int64_t o_end) {
   int64_t o = o_begin;
-  for (; o + 2 <= o_end; o += 2) tile_fused<D, R, 2>(w, x, xs, y, ys, o);
-  if (o < o_end) tile_fused<D, R, 1>(w, x, xs, y, ys, o);
+  for (; o + 4 <= o_end; o += 4) row1_x4<D>(w, x, y, o);
+  for (; o < o_end; ++o) row1_x1<D>(w, x, y, o);
 }
 
-// R rows x 1 output over an already decoded f32 weight row (the large-batch path).
-template <int R>
-inline void tile_f32(const float* wr, int64_t K, float post, const float* x, int64_t xs, float* y,
-                     int64_t ys) {
+// Four rows x one output over an already decoded f32 weight row (the batched path).
+inline void tile_f32_r4(const float* wr, int64_t K, float post, const float* x, int64_t xs, float* y, int64_t ys) {
   const int64_t K16 = K - K % 16;
-  __m256 a0[R], a1[R];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
+  const float *x0 = x, *x1 = x + xs, *x2 = x + 2 * xs, *x3 = x + 3 * xs;
+  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
   for (int64_t k = 0; k < K16; k += 16) {
     const __m256 w0 = _mm256_loadu_ps(wr + k), w1 = _mm256_loadu_ps(wr + k + 8);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const float* xr = x + r * xs + k;
-      a0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr), a0[r]);
-      a1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr + 8), a1[r]);
-    }
+    a00 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + k), a00);
+    a01 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x0 + k + 8), a01);
+    a10 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + k), a10);
+    a11 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x1 + k + 8), a11);
+    a20 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x2 + k), a20);
+    a21 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x2 + k + 8), a21);
+    a30 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x3 + k), a30);
+    a31 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x3 + k + 8), a31);
   }
-  for (int r = 0; r < R; ++r) {
+  const auto fin = [&](const float* xr, __m256 a0, __m256 a1) {
     alignas(32) float v[8];
-    _mm256_store_ps(v, _mm256_add_ps(a0[r], a1[r]));
-    const float* xr = x + r * xs;
+    _mm256_store_ps(v, _mm256_add_ps(a0, a1));
     float t = 0.0f;
     for (int64_t k = K16; k < K; ++k) t = std::fma(wr[k], xr[k], t);
-    y[r * ys] = (hsum8_fixed(v) + t) * post;
-  }
+    return (hsum8_fixed(v) + t) * post;
+  };
+  y[0] = fin(x0, a00, a01);
+  y[ys] = fin(x1, a10, a11);
+  y[2 * ys] = fin(x2, a20, a21);
+  y[3 * ys] = fin(x3, a30, a31);
 }
 
-// Rows at which decoding a block of outputs once into an L2-resident f32 buffer beats
-// re-decoding per row tile.
-inline constexpr int64_t kScratchRows = 4;
+inline void tile_f32_r1(const float* wr, int64_t K, float post, const float* x, float* y) {
+  const int64_t K16 = K - K % 16;
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+  for (int64_t k = 0; k < K16; k += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + k), _mm256_loadu_ps(x + k), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + k + 8), _mm256_loadu_ps(x + k + 8), a1);
+  }
+  alignas(32) float v[8];
+  _mm256_store_ps(v, _mm256_add_ps(a0, a1));
+  float t = 0.0f;
+  for (int64_t k = K16; k < K; ++k) t = std::fma(wr[k], x[k], t);
+  *y = (hsum8_fixed(v) + t) * post;
+}
 
+// One row: decode and multiply in registers. Several rows: decode a block of outputs once into
+// an L2-resident f32 buffer, then run every row tile over it (same lanes, same order).
 template <class D>
 void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y, int64_t ys,
                 int64_t o_begin, int64_t o_end) {
   if (n_rows <= 0 || o_begin >= o_end) return;
-  if (n_rows < kScratchRows) {
-    switch (n_rows) {
-      case 1: return rows_fused<D, 1>(w, x, xs, y, ys, o_begin, o_end);
-      case 2: return rows_fused<D, 2>(w, x, xs, y, ys, o_begin, o_end);
-      default: return rows_fused<D, 3>(w, x, xs, y, ys, o_begin, o_end);
-    }
-  }
+  if (n_rows == 1) return rows_fused<D>(w, x, y, o_begin, o_end);
   const int64_t K = w.cols, K16 = K - K % 16;
   // Output block: ~192 KB of decoded f32 weights, reused by every row tile while in L2.
   const int64_t ob = std::clamp<int64_t>((192 * 1024) / (4 * std::max<int64_t>(K, 1)), 1, 256);
@@ -155,7 +206,18 @@ void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x
     for (int64_t o = o0; o < o1; ++o) {
       float* wr = buf.data() + (o - o0) * K;
       d.row(o);
-      for (int64_t k = 0; k < K16; k += 16) {
+      int64_t k = 0;
+      if constexpr (HasDecode32<D>) {
+        for (; k + 32 <= K16; k += 32) {
+          __m256 w0, w1, w2, w3;
+          d.decode32(k, w0, w1, w2, w3);
+          _mm256_storeu_ps(wr + k, w0);
+          _mm256_storeu_ps(wr + k + 8, w1);
+          _mm256_storeu_ps(wr + k + 16, w2);
+          _mm256_storeu_ps(wr + k + 24, w3);
+        }
+      }
+      for (; k < K16; k += 16) {
         __m256 w0, w1;
         d.decode16(k, w0, w1);
         _mm256_storeu_ps(wr + k, w0);
@@ -167,10 +229,10 @@ void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x
     int64_t r = 0;
     for (; r + 4 <= n_rows; r += 4)
       for (int64_t o = o0; o < o1; ++o)
-        tile_f32<4>(buf.data() + (o - o0) * K, K, post[o - o0], x + r * xs, xs, y + r * ys + o, ys);
+        tile_f32_r4(buf.data() + (o - o0) * K, K, post[o - o0], x + r * xs, xs, y + r * ys + o, ys);
     for (; r < n_rows; ++r)
       for (int64_t o = o0; o < o1; ++o)
-        tile_f32<1>(buf.data() + (o - o0) * K, K, post[o - o0], x + r * xs, xs, y + r * ys + o, ys);
+        tile_f32_r1(buf.data() + (o - o0) * K, K, post[o - o0], x + r * xs, y + r * ys + o);
   }
 }
 

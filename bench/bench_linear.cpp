@@ -1,0 +1,111 @@
+// Linear-kernel microbenchmarks. Reported bytes/s = resident weight bytes streamed per call
+// (PackedWeight::bytes()), the number that matters for decode, which is memory bound.
+//   nemotron_microbench --benchmark_filter=Linear
+// Args: rows (batch), threads. Shapes are Lightning's: expert down_proj [2688, 1856],
+// lm_head [131072, 2688], Mamba in_proj [10304, 2688] (FP8).
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "base/numeric.h"
+#include "kernels/linear.h"
+
+using namespace nemo;
+using namespace nemo::kernels;
+
+namespace {
+
+struct Weights {
+  std::vector<uint8_t> data, scales, biases;
+  PackedWeight w;
+};
+
+Weights make(WeightFormat f, int64_t rows, int64_t cols) {
+  std::mt19937_64 g(42);
+  Weights m;
+  auto fill = [&](std::vector<uint8_t>& v, size_t n) {
+    v.resize(n);
+    for (auto& b : v) b = uint8_t(g());
+  };
+  m.w.format = f;
+  m.w.rows = rows;
+  m.w.cols = cols;
+  const size_t n = size_t(rows * cols);
+  switch (f) {
+    case WeightFormat::NVFP4:
+      fill(m.data, n / 2);
+      m.scales.assign(n / 16, 0x30);  // 0.5
+      m.w.scale = 0.001f;
+      m.w.group = 16;
+      break;
+    case WeightFormat::FP8_E4M3:
+      fill(m.data, n);
+      for (auto& b : m.data)
+        if ((b & 0x7F) == 0x7F) b = 0x7E;
+      m.w.scale = 0.01f;
+      break;
+    case WeightFormat::AFFINE4:
+    case WeightFormat::AFFINE8: {
+      fill(m.data, f == WeightFormat::AFFINE4 ? n / 2 : n);
+      m.w.group = 64;
+      const uint16_t s = f32_to_bf16(0.001f), b = f32_to_bf16(-0.01f);
+      m.scales.resize(2 * n / 64);
+      m.biases.resize(2 * n / 64);
+      for (size_t i = 0; i < n / 64; ++i) {
+        std::memcpy(&m.scales[2 * i], &s, 2);
+        std::memcpy(&m.biases[2 * i], &b, 2);
+      }
+      break;
+    }
+    case WeightFormat::BF16: {
+      m.data.resize(2 * n);
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t v = f32_to_bf16(float(int(g() % 2001) - 1000) * 1e-5f);
+        std::memcpy(&m.data[2 * i], &v, 2);
+      }
+      break;
+    }
+    default: break;
+  }
+  m.w.data = m.data.data();
+  m.w.scales = m.scales.empty() ? nullptr : m.scales.data();
+  m.w.biases = m.biases.empty() ? nullptr : m.biases.data();
+  return m;
+}
+
+void run(benchmark::State& st, WeightFormat f, int64_t rows, int64_t cols) {
+  const Weights m = make(f, rows, cols);
+  const int64_t n = st.range(0);
+  const ThreadConfig tc{int(st.range(1))};
+  std::vector<float> x(size_t(n * cols)), y(size_t(n * rows));
+  std::mt19937 g(1);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(g);
+  for (auto _ : st) {
+    linear(m.w, x.data(), n, cols, y.data(), rows, tc);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * m.w.bytes());
+  st.counters["GFLOP/s"] = benchmark::Counter(double(2 * n * rows * cols) * double(st.iterations()),
+                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+void args(benchmark::internal::Benchmark* b) {
+  for (int rows : {1, 8})
+    for (int threads : {1, 2}) b->Args({rows, threads});
+  b->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
+}  // namespace
+
+BENCHMARK_CAPTURE(run, Linear_nvfp4_2688x1856, WeightFormat::NVFP4, 2688, 1856)->Apply(args);
+BENCHMARK_CAPTURE(run, Linear_nvfp4_131072x2688, WeightFormat::NVFP4, 131072, 2688)->Apply(args);
+BENCHMARK_CAPTURE(run, Linear_fp8_10304x2688, WeightFormat::FP8_E4M3, 10304, 2688)->Apply(args);
+BENCHMARK_CAPTURE(run, Linear_affine4_2688x1856, WeightFormat::AFFINE4, 2688, 1856)->Apply(args);
+BENCHMARK_CAPTURE(run, Linear_affine4_131072x2688, WeightFormat::AFFINE4, 131072, 2688)->Apply(args);
+BENCHMARK_CAPTURE(run, Linear_affine8_10304x2688, WeightFormat::AFFINE8, 10304, 2688)->Apply(args);
+BENCHMARK_CAPTURE(run, Linear_bf16_10304x2688, WeightFormat::BF16, 10304, 2688)->Apply(args);
+BENCHMARK_CAPTURE(run, Linear_nvfp4_256x1856_L2, WeightFormat::NVFP4, 256, 1856)->Apply(args);
