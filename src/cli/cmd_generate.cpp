@@ -14,6 +14,7 @@
 #include "engine/sampler.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
+#include "model/mtp.h"
 #include "model/nemotron_h.h"
 
 namespace nemo::cli {
@@ -128,6 +129,7 @@ std::vector<Command> make_generate_commands() {
     std::string model, ids, out;
     int64_t gen = 64;
     int threads = 0;
+    bool mtp = false;
   };
   auto dopt = std::make_shared<DumpOpts>();
   v[1].attach_fn = [dopt, sub = v[1].sub](CLI::App& app) {
@@ -137,6 +139,8 @@ std::vector<Command> make_generate_commands() {
     s->add_option("--gen", dopt->gen, "Greedy tokens to generate")->capture_default_str();
     s->add_option("--out", dopt->out, "Output prefix: PREFIX.json + PREFIX.f32")->required();
     s->add_option("-t,--threads", dopt->threads, "Threads");
+    s->add_flag("--mtp-dump", dopt->mtp,
+                "Also write PREFIX.mtp.f32: MTP logits per prompt slot i for (h_i, t_{i+1}), last slot with g0");
     *sub = s;
   };
   v[1].run = [dopt]() {
@@ -148,7 +152,21 @@ std::vector<Command> make_generate_commands() {
     auto st = m->new_state();
     model::ForwardOptions fo;
     fo.all_logits = true;
+    fo.want_hidden = dopt->mtp;
     auto r = m->forward(st, prompt, fo, tc);
+    if (dopt->mtp) {
+      auto head = model::MtpHead::load(*m);
+      auto ms = head->new_state();
+      const int64_t T = int64_t(prompt.size()), H = m->config().hidden_size;
+      std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
+      next.push_back(engine::argmax({r.logits.data() + (T - 1) * V, size_t(V)}));
+      Buffer<float> hout(size_t(T * H)), lg(size_t(T * V));
+      head->forward(ms, r.hidden.data(), next, hout.data(), tc);
+      m->logits_from_hidden(hout.data(), T, lg.data(), tc);
+      std::ofstream mb(dopt->out + ".mtp.f32", std::ios::binary);
+      mb.write(reinterpret_cast<const char*>(lg.data()), std::streamsize(lg.bytes()));
+      if (!mb) fail("{}: write failed", dopt->out + ".mtp.f32");
+    }
     std::ofstream bin(dopt->out + ".f32", std::ios::binary);
     if (!bin) fail("{}: cannot write", dopt->out + ".f32");
     bin.write(reinterpret_cast<const char*>(r.logits.data()), std::streamsize(r.logits.bytes()));

@@ -25,19 +25,21 @@ SequenceState::SequenceState(const io::ModelConfig& c) {
   journal_.resize(mamba_.size());
 }
 
-void SequenceState::ensure_kv_capacity(int64_t n_total) {
-  for (auto& kv : kv_) {
-    if (n_total <= kv.capacity) continue;
-    const int64_t cap = std::max<int64_t>({n_total, 2 * kv.capacity, 64});
-    Buffer<float> k(size_t(cap * kv_row_floats_)), v(size_t(cap * kv_row_floats_));
-    if (kv.capacity) {
-      std::memcpy(k.data(), kv.k.data(), size_t(n_past_ * kv_row_floats_) * sizeof(float));
-      std::memcpy(v.data(), kv.v.data(), size_t(n_past_ * kv_row_floats_) * sizeof(float));
-    }
-    kv.k = std::move(k);
-    kv.v = std::move(v);
-    kv.capacity = cap;
+void grow_kv(KvCache& kv, int64_t n_total, int64_t n_keep, int64_t row_floats) {
+  if (n_total <= kv.capacity) return;
+  const int64_t cap = std::max<int64_t>({n_total, 2 * kv.capacity, 64});
+  Buffer<float> k(size_t(cap * row_floats)), v(size_t(cap * row_floats));
+  if (kv.capacity) {
+    std::memcpy(k.data(), kv.k.data(), size_t(n_keep * row_floats) * sizeof(float));
+    std::memcpy(v.data(), kv.v.data(), size_t(n_keep * row_floats) * sizeof(float));
   }
+  kv.k = std::move(k);
+  kv.v = std::move(v);
+  kv.capacity = cap;
+}
+
+void SequenceState::ensure_kv_capacity(int64_t n_total) {
+  for (auto& kv : kv_) grow_kv(kv, n_total, n_past_, kv_row_floats_);
 }
 
 size_t SequenceState::fixed_bytes() const {

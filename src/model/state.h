@@ -30,6 +30,9 @@ struct KvCache {
   int64_t capacity = 0;
 };
 
+// Grows `kv` to hold at least n_total rows of row_floats each, keeping the first n_keep rows.
+void grow_kv(KvCache& kv, int64_t n_total, int64_t n_keep, int64_t row_floats);
+
 class SequenceState {
  public:
   SequenceState() = default;

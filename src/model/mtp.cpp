@@ -1,0 +1,96 @@
+#include "model/mtp.h"
+
+#include <cstring>
+
+#include "base/error.h"
+#include "kernels/ops.h"
+
+namespace nemo::model {
+
+size_t MtpState::bytes() const {
+  size_t b = 0;
+  for (const auto& k : kv) b += k.k.bytes() + k.v.bytes();
+  return b;
+}
+
+bool MtpHead::present(const NemotronH& t) {
+  return t.config().num_nextn_predict_layers > 0 && t.store().has("mtp.layers.0.eh_proj.weight");
+}
+
+std::unique_ptr<MtpHead> MtpHead::load(const NemotronH& t) {
+  const auto& c = t.config();
+  if (c.num_nextn_predict_layers <= 0)
+    fail("{}: the checkpoint has no MTP module (num_nextn_predict_layers = 0)", t.store().dir());
+  if (c.num_nextn_predict_layers > 1)
+    fail("{}: num_nextn_predict_layers = {}; only one MTP module is supported", t.store().dir(),
+         c.num_nextn_predict_layers);
+  if (!t.store().has("mtp.layers.0.eh_proj.weight"))
+    fail("{}: config declares an MTP module but tensor 'mtp.layers.0.eh_proj.weight' is missing "
+         "(was the checkpoint converted without MTP?)",
+         t.store().dir());
+  std::unique_ptr<MtpHead> m(new MtpHead(t));
+  WeightBinder b(t.store());
+  const int64_t H = c.hidden_size;
+  m->enorm_ = b.vector("mtp.layers.0.enorm.weight", H);
+  m->hnorm_ = b.vector("mtp.layers.0.hnorm.weight", H);
+  m->eh_proj_ = b.linear("mtp.layers.0.eh_proj", H, 2 * H);
+  const size_t n = c.mtp_layers.size();
+  for (size_t s = 0; s < n; ++s) {
+    const std::string p = "mtp.layers." + std::to_string(s);
+    SubLayer L{c.mtp_layers[s], b.vector(p + ".norm.weight", H), AttentionWeights{}};
+    if (L.kind == io::LayerKind::Attention) {
+      L.mixer = AttentionWeights::bind(b, p + ".mixer", c);
+      ++m->n_attn_;
+    } else if (L.kind == io::LayerKind::MoE) {
+      L.mixer = MoEWeights::bind(b, p + ".mixer", c);
+    } else {
+      fail("{}: MTP sub-layer kind '{}' is not supported", t.store().dir(), io::layer_kind_name(L.kind));
+    }
+    m->layers_.push_back(std::move(L));
+  }
+  m->final_norm_ = b.vector("mtp.layers." + std::to_string(n - 1) + ".final_layernorm.weight", H);
+  return m;
+}
+
+MtpState MtpHead::new_state() const {
+  MtpState s;
+  s.kv.resize(size_t(n_attn_));
+  return s;
+}
+
+void MtpHead::truncate(MtpState& st, int64_t n) const {
+  if (n < 0 || n > st.n_past) fail("mtp truncate: {} outside [0, {}]", n, st.n_past);
+  st.n_past = n;
+}
+
+void MtpHead::forward(MtpState& st, const float* hidden, std::span<const int32_t> next_tokens, float* out_hidden,
+                      const ThreadConfig& tc) const {
+  const auto& c = target_.config();
+  const int64_t T = int64_t(next_tokens.size()), H = c.hidden_size, V = c.vocab_size;
+  const int64_t kvw = c.num_key_value_heads * c.head_dim;
+  for (auto& kv : st.kv) grow_kv(kv, st.n_past + T, st.n_past, kvw);
+  // x0 = eh_proj([enorm(embed(t_{i+1})) ; hnorm(h_i)])  — embedding first, then hidden.
+  Buffer<float> eh(size_t(T * 2 * H)), x(size_t(T * H)), xn(size_t(T * H)), o(size_t(T * H));
+  for (int64_t t = 0; t < T; ++t) {
+    if (next_tokens[t] < 0 || next_tokens[t] >= V) fail("mtp: token id {} outside the vocabulary", next_tokens[t]);
+    float* row = eh.data() + t * 2 * H;
+    target_.embed(next_tokens[t], row);
+    kernels::rms_norm(row, enorm_.data(), H, c.norm_eps, row);
+    kernels::rms_norm(hidden + t * H, hnorm_.data(), H, c.norm_eps, row + H);
+  }
+  kernels::linear(eh_proj_, eh.data(), T, 2 * H, x.data(), H, tc);
+  int attn = 0;
+  for (const auto& L : layers_) {
+    for (int64_t t = 0; t < T; ++t) kernels::rms_norm(x.data() + t * H, L.norm_w.data(), H, c.norm_eps, xn.data() + t * H);
+    if (const auto* a = std::get_if<AttentionWeights>(&L.mixer))
+      attention_forward(*a, c, xn.data(), T, st.n_past, o.data(), st.kv[size_t(attn++)], tc);
+    else
+      moe_forward(std::get<MoEWeights>(L.mixer), c, xn.data(), T, o.data(), tc);
+    for (int64_t k = 0; k < T * H; ++k) x[k] = x[k] + o[k];
+  }
+  for (int64_t t = 0; t < T; ++t)
+    kernels::rms_norm(x.data() + t * H, final_norm_.data(), H, c.norm_eps, out_hidden + t * H);
+  st.n_past += T;
+}
+
+}  // namespace nemo::model
