@@ -25,6 +25,21 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
 std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, const ChatOptions& opts) const {
   nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
   ctx["messages"] = messages;
+  // OpenAI clients send tool-call arguments as a JSON string; templates iterate a mapping.
+  if (ctx["messages"].is_array())
+    for (auto& m : ctx["messages"]) {
+      if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+      for (auto& tc : m["tool_calls"]) {
+        if (!tc.is_object()) continue;
+        auto& fn = tc.contains("function") && tc["function"].is_object() ? tc["function"] : tc;
+        if (!fn.contains("arguments") || !fn["arguments"].is_string()) continue;
+        try {
+          auto parsed = nlohmann::ordered_json::parse(fn["arguments"].get<std::string>());
+          if (parsed.is_object()) fn["arguments"] = std::move(parsed);
+        } catch (const nlohmann::ordered_json::exception&) {
+        }
+      }
+    }
   if (!opts.tools.is_null()) ctx["tools"] = opts.tools;
   ctx["add_generation_prompt"] = opts.add_generation_prompt;
   if (opts.enable_thinking) ctx["enable_thinking"] = *opts.enable_thinking;

@@ -181,6 +181,7 @@ struct Decoder {
 
 struct Piece {
   uint32_t b, e;
+  bool opaque = false;  // an ill-formed UTF-8 run: kept whole, never split or dropped
 };
 
 struct AddedToken {
@@ -846,7 +847,26 @@ void apply_behavior(std::vector<std::tuple<uint32_t, uint32_t, bool>>& segs, Beh
 }  // namespace
 
 void Tokenizer::Impl::pre_tokenize(std::string& buf, std::vector<Piece>& pieces, Scratch& s) const {
-  pieces.assign(1, Piece{0, uint32_t(buf.size())});
+  pieces.clear();
+  if (utf8_valid(buf)) {
+    pieces.push_back({0, uint32_t(buf.size())});
+  } else {
+    // Ill-formed byte runs become their own pieces so that no Split behaviour can drop
+    // them: byte-level models then encode any byte string losslessly.
+    size_t seg = 0;
+    for (size_t i = 0; i < buf.size();) {
+      char32_t cp;
+      size_t n = utf8_next(buf, i, cp);
+      if (cp == kInvalidCp) {
+        if (i > seg) pieces.push_back({uint32_t(seg), uint32_t(i)});
+        if (!pieces.empty() && pieces.back().opaque && pieces.back().e == i) pieces.back().e = uint32_t(i + n);
+        else pieces.push_back({uint32_t(i), uint32_t(i + n), true});
+        seg = i + n;
+      }
+      i += n;
+    }
+    if (seg < buf.size()) pieces.push_back({uint32_t(seg), uint32_t(buf.size())});
+  }
   std::vector<Piece> next;
   std::vector<std::tuple<uint32_t, uint32_t, bool>> segs;
   for (size_t k = 0; k < pretoks.size(); ++k) {
@@ -858,9 +878,9 @@ void Tokenizer::Impl::pre_tokenize(std::string& buf, std::vector<Piece>& pieces,
       next.clear();
       for (const auto& p : pieces) {
         uint32_t b = uint32_t(nb.size());
-        if (buf[p.b] != ' ') nb.push_back(' ');
+        if (buf[p.b] != ' ' && !p.opaque) nb.push_back(' ');
         nb.append(buf, p.b, p.e - p.b);
-        next.push_back({b, uint32_t(nb.size())});
+        next.push_back({b, uint32_t(nb.size()), p.opaque});
       }
       buf.swap(nb);
       pieces.swap(next);
@@ -870,6 +890,7 @@ void Tokenizer::Impl::pre_tokenize(std::string& buf, std::vector<Piece>& pieces,
     if (s.re.size() <= k) s.re.resize(k + 1);
     if (pt.regex && !s.re[k]) s.re[k] = std::make_unique<Regex::Scratch>(*pt.regex);
     for (const auto& p : pieces) {
+      if (p.opaque) { next.push_back(p); continue; }
       std::string_view sub(buf.data() + p.b, p.e - p.b);
       segs.clear();
       size_t pos = 0, prev = 0;
