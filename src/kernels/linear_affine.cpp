@@ -56,25 +56,55 @@ struct AffineRef {
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 
+// In-lane decode (no lane-crossing ops): the bytes of 16 elements are broadcast to both 128-bit
+// lanes; for 4-bit, shifting odd 64-bit slots by 4 and masking leaves even-element codes then
+// odd-element codes in each lane; a shuffle then zero-extends each code into its element's
+// dword, which converts exactly.
 template <int BITS>
 struct AffineAvx2 : AffineRef<BITS> {
   __m256 s{}, b{};
+  __m256i m0f{}, shifts{}, place0{}, place1{};
 
+  static __m256i placement(int first) {
+    alignas(32) int8_t c[32];
+    for (int i = 0; i < 32; ++i) c[i] = int8_t(0x80);  // zero
+    for (int lane = 0; lane < 2; ++lane)
+      for (int d = 0; d < 4; ++d) {
+        const int e = first + 4 * lane + d;
+        c[16 * lane + 4 * d] = int8_t(BITS == 4 ? ((e & 1) ? 8 + e / 2 : e / 2) : e);
+      }
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(c));
+  }
+  void init(const PackedWeight& w) {
+    AffineRef<BITS>::init(w);
+    m0f = _mm256_set1_epi8(0x0F);
+    shifts = _mm256_setr_epi64x(0, 4, 0, 4);
+    place0 = placement(0);
+    place1 = placement(8);
+  }
+  void prefetch(int64_t k, int64_t ahead) const {
+    _mm_prefetch(reinterpret_cast<const char*>(this->rd + ahead * (this->K * BITS / 8) + k * BITS / 8), _MM_HINT_T0);
+    if ((k & (this->G * 16 - 1)) == 0) {
+      const int64_t g = ahead * this->n_groups + k / this->G;
+      _mm_prefetch(reinterpret_cast<const char*>(this->rs + 2 * g), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(this->rb + 2 * g), _MM_HINT_T0);
+    }
+  }
   void decode16(int64_t k, __m256& w0, __m256& w1) {
     if ((k & (this->G - 1)) == 0) {  // new group (G is a power of two >= 32)
       s = _mm256_set1_ps(load_bf16(this->rs, k / this->G));
       b = _mm256_set1_ps(load_bf16(this->rb, k / this->G));
     }
-    __m128i q;
+    __m256i c;
     if constexpr (BITS == 4) {
-      const __m128i m0f = _mm_set1_epi8(0x0F);
-      const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(this->rd + (k >> 1)));
-      q = _mm_unpacklo_epi8(_mm_and_si128(v, m0f), _mm_and_si128(_mm_srli_epi16(v, 4), m0f));
+      int64_t q;
+      std::memcpy(&q, this->rd + (k >> 1), 8);
+      c = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(q), shifts), m0f);
     } else {
-      q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(this->rd + k));
+      c = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(this->rd + k)));
     }
-    w0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), s, b);
-    w1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(q, q))), s, b);
+    w0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(c, place0)), s, b);
+    w1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(c, place1)), s, b);
   }
 };
 

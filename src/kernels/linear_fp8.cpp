@@ -53,6 +53,9 @@ struct Fp8Ref {
 #pragma GCC target("avx2,fma,f16c")
 
 struct Fp8Avx2 : Fp8Ref {
+  void prefetch(int64_t k, int64_t ahead) const {
+    _mm_prefetch(reinterpret_cast<const char*>(rd + ahead * K + k), _MM_HINT_T0);
+  }
   void decode16(int64_t k, __m256& w0, __m256& w1) const {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rd + k));
     const __m128i zero = _mm_setzero_si128(), keep = _mm_set1_epi16(int16_t(0xBFFF));

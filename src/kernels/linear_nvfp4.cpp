@@ -3,11 +3,12 @@
 // Kernel weight (exact in f32): w'[k] = E2M1(code[k]) * E4M3(scale[k/16]), with code 0x8 = +0
 // (ModelOpt's table; the sign of a zero weight cannot change an fma chain that starts at +0 in a
 // way the SIMD path would not reproduce). post = weight_scale_2. Reduction: linear_packed.h.
-// The AVX2 decoder gets the same exact values as int8(2*E2M1) -> f32 times E4M3/2: both products
-// have at most 6 significant bits, so they are exact and equal.
+// The AVX2 decoder gets the same exact values as (2*E2M1 * 2^24) * (E4M3 * 2^-25): every factor
+// and product has at most 6 significant bits and stays in the normal range, so all are exact.
 #include <immintrin.h>
 
 #include <array>
+#include <cstring>
 
 #include "kernels/fp8.h"
 #include "kernels/linear_packed.h"
@@ -19,15 +20,6 @@ namespace {
 // E2M1 as used by the kernels: ModelOpt's table (+0 for code 8).
 constexpr float kE2m1Kernel[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
                                    0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-
-const std::array<float, 256>& e4m3_half_table() {
-  static constexpr std::array<float, 256> t = [] {
-    std::array<float, 256> a{};
-    for (int i = 0; i < 256; ++i) a[i] = e4m3_to_f32(uint8_t(i)) * 0.5f;
-    return a;
-  }();
-  return t;
-}
 
 struct Nvfp4Ref {
   const uint8_t* data = nullptr;
@@ -59,48 +51,56 @@ struct Nvfp4Ref {
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 
+// In-lane decode of 16 codes: the 8 bytes are broadcast to every 64-bit slot (a load, no ALU);
+// shifting the odd slots by 4 and masking leaves, in each 128-bit lane, the 8 even-element codes
+// then the 8 odd-element codes; one shuffle maps codes to int8 2*E2M1, and two more place each
+// value in the top byte of its element's dword (sign included) = 2*E2M1 * 2^24 as int32, which
+// converts exactly. The scale table holds E4M3 * 2^-25, so the product is E2M1 * E4M3, exact.
 struct Nvfp4Avx2 : Nvfp4Ref {
-  const float* half = nullptr;
-  __m128i lut{}, m0f{};
-  __m256i lut16{}, m0f16{};
+  const float* scaled = nullptr;
+  __m256i lut{}, m0f{}, shifts{}, place0{}, place1{};
 
+  static const std::array<float, 256>& e4m3_2m25_table() {
+    static constexpr std::array<float, 256> t = [] {
+      std::array<float, 256> a{};
+      for (int i = 0; i < 256; ++i) a[i] = e4m3_to_f32(uint8_t(i)) * 0x1p-25f;
+      return a;
+    }();
+    return t;
+  }
+  // Shuffle control: dword d of lane L holds element first + 4L + d in its top byte.
+  static __m256i placement(int first) {
+    alignas(32) int8_t c[32];
+    for (int i = 0; i < 32; ++i) c[i] = int8_t(0x80);  // zero
+    for (int lane = 0; lane < 2; ++lane)
+      for (int d = 0; d < 4; ++d) {
+        const int e = first + 4 * lane + d;
+        c[16 * lane + 4 * d + 3] = int8_t((e & 1) ? 8 + e / 2 : e / 2);
+      }
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(c));
+  }
   void init(const PackedWeight& w) {
     Nvfp4Ref::init(w);
-    half = e4m3_half_table().data();
-    // High byte of the IEEE half of each E2M1 value (the low byte is always 0): +-0, .5, 1, 1.5,
-    // 2, 3, 4, 6. Code 8 gives +0 like the reference table.
-    lut16 = _mm256_setr_epi8(0, 0x38, 0x3C, 0x3E, 0x40, 0x42, 0x44, 0x46, 0, int8_t(0xB8), int8_t(0xBC),
-                             int8_t(0xBE), int8_t(0xC0), int8_t(0xC2), int8_t(0xC4), int8_t(0xC6), 0, 0x38, 0x3C,
-                             0x3E, 0x40, 0x42, 0x44, 0x46, 0, int8_t(0xB8), int8_t(0xBC), int8_t(0xBE),
-                             int8_t(0xC0), int8_t(0xC2), int8_t(0xC4), int8_t(0xC6));
-    m0f16 = _mm256_set1_epi16(0x0F0F);
-    // 2 * E2M1 as int8, indexed by the 4-bit code.
-    lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-    m0f = _mm_set1_epi8(0x0F);
+    scaled = e4m3_2m25_table().data();
+    lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,  //
+                           0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    m0f = _mm256_set1_epi8(0x0F);
+    shifts = _mm256_setr_epi64x(0, 4, 0, 4);
+    place0 = placement(0);
+    place1 = placement(8);
+  }
+  void prefetch(int64_t k, int64_t ahead) const {
+    _mm_prefetch(reinterpret_cast<const char*>(rd + ahead * (K / 2) + (k >> 1)), _MM_HINT_T0);
+    if ((k & 1023) == 0) _mm_prefetch(reinterpret_cast<const char*>(rs + ahead * (K / 16) + (k >> 4)), _MM_HINT_T0);
   }
   void decode16(int64_t k, __m256& w0, __m256& w1) const {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rd + (k >> 1)));
-    const __m128i lo = _mm_and_si128(b, m0f);
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), m0f);
-    const __m128i v = _mm_shuffle_epi8(lut, _mm_unpacklo_epi8(lo, hi));  // element order k..k+15
-    const __m256 s = _mm256_broadcast_ss(half + rs[k >> 4]);
-    w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), s);
-    w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v))), s);
-  }
-  // Two blocks: bytes -> words (b | b << 4) & 0x0F0F puts the codes of elements 2j, 2j+1 in bytes
-  // 2j, 2j+1 (element order across both 128-bit lanes); the LUT gives IEEE-half high bytes;
-  // interleaving with zero makes halves, which F16C widens exactly. Then times E4M3 (exact).
-  void decode32(int64_t k, __m256& w0, __m256& w1, __m256& w2, __m256& w3) const {
-    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rd + (k >> 1))));
-    const __m256i c = _mm256_and_si256(_mm256_or_si256(b, _mm256_slli_epi16(b, 4)), m0f16);
-    const __m256i h = _mm256_shuffle_epi8(lut16, c);
-    const __m256i z = _mm256_setzero_si256();
-    const __m256i lo = _mm256_unpacklo_epi8(z, h), hi = _mm256_unpackhi_epi8(z, h);  // 0-7|16-23, 8-15|24-31
-    const __m256 s0 = _mm256_broadcast_ss(e4m3 + rs[k >> 4]), s1 = _mm256_broadcast_ss(e4m3 + rs[(k >> 4) + 1]);
-    w0 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(lo)), s0);
-    w1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(hi)), s0);
-    w2 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1)), s1);
-    w3 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1)), s1);
+    int64_t q;
+    std::memcpy(&q, rd + (k >> 1), 8);
+    const __m256i b = _mm256_set1_epi64x(q);
+    const __m256i v = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srlv_epi64(b, shifts), m0f));
+    const __m256 s = _mm256_broadcast_ss(scaled + rs[k >> 4]);
+    w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, place0)), s);
+    w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, place1)), s);
   }
 };
 

@@ -15,6 +15,7 @@
 //   float at(int64_t k) const;   // scalar w'[k] (reference and tails)
 //   float post() const;
 //   AVX2 decoders add: void decode16(int64_t k, __m256& lo, __m256& hi)  // w'[k..k+15]
+//                      void prefetch(int64_t k, int64_t rows_ahead) const  // called every 64 k
 #pragma once
 #include <immintrin.h>
 
@@ -55,12 +56,8 @@ void range_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 
-template <class D>
-concept HasDecode32 = requires(D d, int64_t k, __m256& w) { d.decode32(k, w, w, w, w); };
-
 // One row, four outputs: four independent decoders and eight FMA chains hide the FMA latency
-// while the kernel streams weights. Plain locals (no arrays) so nothing is spilled. Decoders that
-// can decode 32 weights at once (two lanes' worth of integer work per instruction) do so.
+// while the kernel streams weights. Plain locals (no arrays) so nothing is spilled.
 template <class D>
 inline void row1_x4(const PackedWeight& w, const float* x, float* y, int64_t o) {
   const int64_t K = w.cols, K16 = K - K % 16;
@@ -68,27 +65,10 @@ inline void row1_x4(const PackedWeight& w, const float* x, float* y, int64_t o) 
   d0.init(w), d1.init(w), d2.init(w), d3.init(w);
   d0.row(o), d1.row(o + 1), d2.row(o + 2), d3.row(o + 3);
   __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-  int64_t k = 0;
-  if constexpr (HasDecode32<D>) {
-    for (; k + 32 <= K16; k += 32) {
-      const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
-      const __m256 x2 = _mm256_loadu_ps(x + k + 16), x3 = _mm256_loadu_ps(x + k + 24);
-      __m256 w0, w1, w2, w3;
-      d0.decode32(k, w0, w1, w2, w3);
-      a00 = _mm256_fmadd_ps(w2, x2, _mm256_fmadd_ps(w0, x0, a00));
-      a01 = _mm256_fmadd_ps(w3, x3, _mm256_fmadd_ps(w1, x1, a01));
-      d1.decode32(k, w0, w1, w2, w3);
-      a10 = _mm256_fmadd_ps(w2, x2, _mm256_fmadd_ps(w0, x0, a10));
-      a11 = _mm256_fmadd_ps(w3, x3, _mm256_fmadd_ps(w1, x1, a11));
-      d2.decode32(k, w0, w1, w2, w3);
-      a20 = _mm256_fmadd_ps(w2, x2, _mm256_fmadd_ps(w0, x0, a20));
-      a21 = _mm256_fmadd_ps(w3, x3, _mm256_fmadd_ps(w1, x1, a21));
-      d3.decode32(k, w0, w1, w2, w3);
-      a30 = _mm256_fmadd_ps(w2, x2, _mm256_fmadd_ps(w0, x0, a30));
-      a31 = _mm256_fmadd_ps(w3, x3, _mm256_fmadd_ps(w1, x1, a31));
+  for (int64_t k = 0; k < K16; k += 16) {
+    if ((k & 63) == 0) {  // rows are short streams: fetch the next four rows' bytes early
+      d0.prefetch(k, 4), d1.prefetch(k, 4), d2.prefetch(k, 4), d3.prefetch(k, 4);
     }
-  }
-  for (; k < K16; k += 16) {
     const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
     __m256 w0, w1;
     d0.decode16(k, w0, w1);
@@ -206,18 +186,7 @@ void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x
     for (int64_t o = o0; o < o1; ++o) {
       float* wr = buf.data() + (o - o0) * K;
       d.row(o);
-      int64_t k = 0;
-      if constexpr (HasDecode32<D>) {
-        for (; k + 32 <= K16; k += 32) {
-          __m256 w0, w1, w2, w3;
-          d.decode32(k, w0, w1, w2, w3);
-          _mm256_storeu_ps(wr + k, w0);
-          _mm256_storeu_ps(wr + k + 8, w1);
-          _mm256_storeu_ps(wr + k + 16, w2);
-          _mm256_storeu_ps(wr + k + 24, w3);
-        }
-      }
-      for (; k < K16; k += 16) {
+      for (int64_t k = 0; k < K16; k += 16) {
         __m256 w0, w1;
         d.decode16(k, w0, w1);
         _mm256_storeu_ps(wr + k, w0);
