@@ -11,7 +11,7 @@
 #include "base/threads.h"
 #include "cli/commands.h"
 #include "engine/generator.h"
-#include "engine/sampler.h"
+#include "spec/sampler.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
 #include "model/mtp.h"
@@ -74,7 +74,9 @@ std::vector<Command> make_generate_commands() {
     float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
     int top_k = 0, threads = 0;
     uint64_t seed = 0;
-    bool stats = false, ignore_eos = false;
+    bool stats = false, ignore_eos = false, spec_stats = false;
+    std::string spec = "auto";
+    int draft_max = 3;
   };
   auto ro = std::make_shared<RunOpts>();
   v[0].attach_fn = [ro, sub = v[0].sub](CLI::App& app) {
@@ -91,6 +93,10 @@ std::vector<Command> make_generate_commands() {
     s->add_option("-t,--threads", ro->threads, "Threads (default: all cores)");
     s->add_flag("--stats", ro->stats, "Print timing to stderr");
     s->add_flag("--ignore-eos", ro->ignore_eos, "Do not stop at EOS tokens");
+    s->add_option("--spec", ro->spec, "Speculative decoding: auto (MTP if present) | mtp | ngram | none")
+        ->capture_default_str();
+    s->add_option("--draft-max", ro->draft_max, "Draft tokens per verify call (gamma, 1..15)")->capture_default_str();
+    s->add_flag("--spec-stats", ro->spec_stats, "Print speculative-decoding telemetry to stderr");
     s->get_option("--prompt")->excludes("--ids");
     *sub = s;
   };
@@ -104,7 +110,7 @@ std::vector<Command> make_generate_commands() {
     req.sampling = {ro->temp, ro->top_k, ro->top_p, ro->min_p, ro->seed};
     if (!ro->ignore_eos)
       for (auto e : m->config().eos_token_ids) req.stop_tokens.push_back(int32_t(e));
-    engine::Generator g(*m, threads_of(ro->threads));
+    engine::Generator g(*m, threads_of(ro->threads), engine::parse_spec_mode(ro->spec), ro->draft_max);
     const bool as_ids = !ro->ids.empty();
     auto s = g.generate(req, [&](int32_t tok) {
       if (as_ids) {
@@ -121,6 +127,10 @@ std::vector<Command> make_generate_commands() {
                    (long long)s.prompt_tokens, s.prefill_seconds, double(s.prompt_tokens) / s.prefill_seconds,
                    (long long)s.generated_tokens, s.decode_seconds,
                    s.generated_tokens > 1 ? double(s.generated_tokens - 1) / s.decode_seconds : 0.0);
+    if (ro->spec_stats) {
+      std::fprintf(stderr, "spec: drafter %s, draft-max %d\n", engine::spec_mode_name(g.mode()), g.draft_max());
+      std::fputs(s.spec.summary().c_str(), stderr);
+    }
     return 0;
   };
 
@@ -159,7 +169,7 @@ std::vector<Command> make_generate_commands() {
       auto ms = head->new_state();
       const int64_t T = int64_t(prompt.size()), H = m->config().hidden_size;
       std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
-      next.push_back(engine::argmax({r.logits.data() + (T - 1) * V, size_t(V)}));
+      next.push_back(spec::argmax({r.logits.data() + (T - 1) * V, size_t(V)}));
       Buffer<float> hout(size_t(T * H)), lg(size_t(T * V));
       head->forward(ms, r.hidden.data(), next, hout.data(), tc);
       m->logits_from_hidden(hout.data(), T, lg.data(), tc);
@@ -173,7 +183,7 @@ std::vector<Command> make_generate_commands() {
     std::vector<int32_t> toks;
     const float* last = r.logits.data() + (r.rows - 1) * V;
     for (int64_t i = 0; i < dopt->gen; ++i) {
-      const int32_t t = engine::argmax({last, size_t(V)});
+      const int32_t t = spec::argmax({last, size_t(V)});
       toks.push_back(t);
       if (i + 1 == dopt->gen) break;
       const int32_t in[1] = {t};
@@ -217,7 +227,7 @@ std::vector<Command> make_generate_commands() {
     const double load_s = now_s() - tl;
     const auto& cfg = m->config();
     const auto tc = threads_of(bo->threads);
-    engine::Rng rng(42);
+    spec::Rng rng(42);
     std::vector<int32_t> prompt(size_t(std::max<int64_t>(1, bo->prompt)));
     for (auto& t : prompt) t = int32_t(rng.next() % uint64_t(cfg.vocab_size));
     double best_pf = 1e30, best_dec = 1e30;
@@ -229,7 +239,7 @@ std::vector<Command> make_generate_commands() {
       best_pf = std::min(best_pf, now_s() - t0);
       t0 = now_s();
       for (int64_t i = 0; i < bo->gen; ++i) {
-        const int32_t in[1] = {engine::argmax({r.logits.data(), size_t(cfg.vocab_size)})};
+        const int32_t in[1] = {spec::argmax({r.logits.data(), size_t(cfg.vocab_size)})};
         r = m->forward(st, in, {}, tc);
       }
       if (bo->gen > 0) best_dec = std::min(best_dec, now_s() - t0);

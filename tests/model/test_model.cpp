@@ -12,7 +12,7 @@
 
 #include "../support/temp_dir.h"
 #include "base/error.h"
-#include "engine/sampler.h"
+#include "spec/sampler.h"
 #include "kernels/linear.h"
 #include "model/nemotron_h.h"
 #include "synth/synth.h"
@@ -45,7 +45,7 @@ NemotronH& model_for(const std::string& preset, io::DType dt) {
 }
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-  engine::Rng r(seed);
+  spec::Rng r(seed);
   std::vector<int32_t> v(static_cast<size_t>(n));
   for (auto& t : v) t = int32_t(r.next() % uint64_t(vocab));
   return v;
@@ -57,6 +57,7 @@ struct Param {
   std::string preset;
   io::DType dtype;
 };
+void PrintTo(const Param& p, std::ostream* os) { *os << p.preset << "/" << io::dtype_name(p.dtype); }
 std::string param_name(const testing::TestParamInfo<Param>& i) {
   std::string s = i.param.preset + "_" + io::dtype_name(i.param.dtype);
   for (auto& ch : s)
@@ -172,7 +173,9 @@ TEST_P(ModelProps, ChunkedPrefillMatchesRecurrence) {
   EXPECT_LE(max_abs / max_ref, 1e-4);
   EXPECT_GT(max_ref, 0.0);
   // The two forms are not expected to agree bitwise; make sure the SSD path actually ran.
-  if (m.config().count(io::LayerKind::Mamba) > 0) EXPECT_GT(max_abs, 0.0);
+  if (m.config().count(io::LayerKind::Mamba) > 0) {
+    EXPECT_GT(max_abs, 0.0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, ModelProps,

@@ -5,7 +5,7 @@
 #include <span>
 #include <vector>
 
-namespace nemo::engine {
+namespace nemo::spec {
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy (argmax, ties to the lowest id)
@@ -44,4 +44,4 @@ class Sampler {
   Rng rng_;
 };
 
-}  // namespace nemo::engine
+}  // namespace nemo::spec

@@ -1,4 +1,4 @@
-#include "engine/sampler.h"
+#include "spec/sampler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "base/error.h"
 
-namespace nemo::engine {
+namespace nemo::spec {
 
 namespace {
 uint64_t splitmix64(uint64_t& x) {
@@ -101,4 +101,4 @@ int32_t Sampler::sample(std::span<const float> logits) {
   return d.back().first;
 }
 
-}  // namespace nemo::engine
+}  // namespace nemo::spec

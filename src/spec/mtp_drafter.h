@@ -1,0 +1,35 @@
+// Drafting with the checkpoint's own MTP head (spec dflash_dspark.md §4): the first draft comes
+// from the MTP slot of the last committed position; further drafts chain the single module on
+// its own output (post-final_layernorm hidden, previous draft token).
+#pragma once
+#include <memory>
+
+#include "model/mtp.h"
+#include "spec/drafter.h"
+
+namespace nemo::spec {
+
+class MtpDrafter : public Drafter {
+ public:
+  MtpDrafter(const model::NemotronH& target, ThreadConfig tc);
+  std::string name() const override { return "mtp"; }
+  bool wants_hidden() const override { return true; }
+  void begin(std::span<const int32_t> prompt, const float* hidden, int32_t anchor) override;
+  DraftProposal propose(int max_n, const SamplingParams& sp, Rng& rng) override;
+  void commit(std::span<const int32_t> accepted, int32_t next_anchor, const float* hidden) override;
+  // Draft logits of the next proposal's first token (tests compare them with the reference).
+  std::span<const float> next_logits() const { return {logits_.data(), logits_.size()}; }
+
+ private:
+  // Runs MTP slots for (hidden rows, next tokens) after the committed slots; keeps the last
+  // row's output hidden and logits as the seed of the next proposal.
+  void run_committed(const float* hidden, std::span<const int32_t> next_tokens);
+  const model::NemotronH& target_;
+  std::unique_ptr<model::MtpHead> head_;
+  model::MtpState st_;
+  ThreadConfig tc_;
+  int64_t committed_slots_ = 0;
+  Buffer<float> seed_hidden_, logits_;  // [H], [V]
+};
+
+}  // namespace nemo::spec
