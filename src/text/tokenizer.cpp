@@ -319,7 +319,7 @@ struct Tokenizer::Impl {
   // ------------------------------------------------ encoding
   struct Scratch {
     std::vector<std::unique_ptr<Regex::Scratch>> re;  // one per pre-tokenizer (lazily)
-    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> cache;  // word -> span in cache_ids
+    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>> cache;  // word -> span in cache_ids
     std::vector<int32_t> cache_ids;
     std::vector<int32_t> sym, nxt, prv;
     std::vector<int32_t> ranks;
@@ -546,11 +546,15 @@ void Tokenizer::Impl::load_model(const json& m) {
   const json& mg = need(m, "merges", path);
   if (!mg.is_array()) fail("{}.merges: expected an array", path);
   merges.reserve(mg.size());
+  // Hash index over the tokens as written (json's std::map lookups dominate load time).
+  std::unordered_map<std::string_view, int32_t> by_name;
+  by_name.reserve(v.size() * 2);
+  for (auto it = v.begin(); it != v.end(); ++it) by_name.emplace(it.key(), it->get<int32_t>());
   auto lookup = [&](const std::string& tok, size_t i) -> int32_t {
-    auto it = v.find(tok);
-    if (it == v.end())
+    auto it = by_name.find(tok);
+    if (it == by_name.end())
       fail("{}.merges[{}]: token {} is not in the vocabulary", path, i, json(tok).dump());
-    return it->get<int32_t>();
+    return it->second;
   };
   for (size_t i = 0; i < mg.size(); ++i) {
     std::string a, b;
@@ -1032,7 +1036,7 @@ void Tokenizer::Impl::bpe_word(std::string_view word, Scratch& s, std::vector<in
   }
   bool cacheable = word.size() <= 64;
   if (cacheable) {
-    auto it = s.cache.find(std::string(word));
+    auto it = s.cache.find(word);
     if (it != s.cache.end()) {
       out.insert(out.end(), s.cache_ids.begin() + it->second.first,
                  s.cache_ids.begin() + it->second.first + it->second.second);

@@ -15,3 +15,19 @@ add_test(NAME text_template_vs_jinja2
                  --tool $<TARGET_FILE:nemotron_text_tool> --work ${CMAKE_CURRENT_BINARY_DIR}/text_template_xcheck)
 set_tests_properties(text_template_vs_jinja2 PROPERTIES LABELS "text;xcheck" TIMEOUT 300
                      ENVIRONMENT "NEMOTRON_SHARED_DIR=${CMAKE_CURRENT_SOURCE_DIR}/../shared")
+
+# libFuzzer binaries (clang only): cmake -DCMAKE_CXX_COMPILER=clang++ -DNEMOTRON_TEXT_FUZZ=ON
+# then e.g. ./fuzz_text_tokenizer_roundtrip -max_total_time=60. The same targets run as a
+# plain gtest over random inputs in test_text (tests/text/test_fuzz.cpp).
+option(NEMOTRON_TEXT_FUZZ "Build libFuzzer targets for the text layer (clang)" OFF)
+if(NEMOTRON_TEXT_FUZZ)
+  file(GLOB _text_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/text/*.cpp)
+  foreach(_t tokenizer_roundtrip template_engine output_parser)
+    add_executable(fuzz_text_${_t} ${_text_dir}/fuzz/fuzz_main.cpp ${_text_dir}/fuzz_targets.cpp ${_text_srcs})
+    target_include_directories(fuzz_text_${_t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+    target_link_libraries(fuzz_text_${_t} PRIVATE nemotron_io PkgConfig::PCRE2)
+    target_compile_definitions(fuzz_text_${_t} PRIVATE NEMO_FUZZ_TARGET=${_t})
+    target_compile_options(fuzz_text_${_t} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_options(fuzz_text_${_t} PRIVATE -fsanitize=fuzzer,address,undefined)
+  endforeach()
+endif()
