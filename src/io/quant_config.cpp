@@ -290,6 +290,24 @@ ModuleQuant QuantConfig::resolve_fused(std::span<const std::string> members) con
   return first;
 }
 
+ModuleQuant QuantConfig::resolve_children(const std::string& prefix) const {
+  const std::string pre = prefix + ".";
+  const ModuleQuant* first = nullptr;
+  std::string first_name;
+  for (auto it = layers.lower_bound(pre); it != layers.end() && it->first.compare(0, pre.size(), pre) == 0; ++it) {
+    const ModuleQuant q = resolve(it->first);  // applies the exclude consistency check too
+    if (!first) {
+      first = &it->second;
+      first_name = it->first;
+    } else {
+      NEMO_CHECK(q.algo == first->algo && q.group_size == first->group_size && q.bits == first->bits,
+                 "{}: modules under {} disagree: {} is {} but {} is {}", source, prefix, first_name,
+                 quant_algo_name(first->algo), it->first, quant_algo_name(q.algo));
+    }
+  }
+  return first ? *first : resolve(prefix);
+}
+
 QuantConfig parse_quant_config(const json* hfq, const std::string& hfq_file, const json* cfg,
                                const std::string& cfg_file) {
   QuantConfig qc;

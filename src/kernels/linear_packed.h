@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/linear_impl.h"
@@ -153,6 +154,28 @@ inline void tile_f32_r4(const float* wr, int64_t K, float post, const float* x, 
   y[3 * ys] = fin(x3, a30, a31);
 }
 
+inline void tile_f32_r2(const float* wr, int64_t K, float post, const float* x, int64_t xs, float* y, int64_t ys) {
+  const int64_t K16 = K - K % 16;
+  const float *x0 = x, *x1 = x + xs;
+  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
+  for (int64_t k = 0; k < K16; k += 16) {
+    const __m256 w0 = _mm256_loadu_ps(wr + k), w1 = _mm256_loadu_ps(wr + k + 8);
+    a00 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + k), a00);
+    a01 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x0 + k + 8), a01);
+    a10 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + k), a10);
+    a11 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x1 + k + 8), a11);
+  }
+  const auto fin = [&](const float* xr, __m256 a0, __m256 a1) {
+    alignas(32) float v[8];
+    _mm256_store_ps(v, _mm256_add_ps(a0, a1));
+    float t = 0.0f;
+    for (int64_t k = K16; k < K; ++k) t = std::fma(wr[k], xr[k], t);
+    return (hsum8_fixed(v) + t) * post;
+  };
+  y[0] = fin(x0, a00, a01);
+  y[ys] = fin(x1, a10, a11);
+}
+
 inline void tile_f32_r1(const float* wr, int64_t K, float post, const float* x, float* y) {
   const int64_t K16 = K - K % 16;
   __m256 a0 = _mm256_setzero_ps(), a1 = a0;
@@ -176,15 +199,16 @@ void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x
   if (n_rows == 1) return rows_fused<D>(w, x, y, o_begin, o_end);
   const int64_t K = w.cols, K16 = K - K % 16;
   // Output block: ~192 KB of decoded f32 weights, reused by every row tile while in L2.
-  const int64_t ob = std::clamp<int64_t>((192 * 1024) / (4 * std::max<int64_t>(K, 1)), 1, 256);
-  std::vector<float> buf(static_cast<size_t>(ob * K));
+  const int64_t ob = std::min(o_end - o_begin,
+                              std::clamp<int64_t>((192 * 1024) / (4 * std::max<int64_t>(K, 1)), 1, 256));
+  const std::unique_ptr<float[]> buf(new float[size_t(ob * K)]);  // fully written before read
   float post[256];
   D d;
   d.init(w);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
     const int64_t o1 = std::min(o_end, o0 + ob);
     for (int64_t o = o0; o < o1; ++o) {
-      float* wr = buf.data() + (o - o0) * K;
+      float* wr = buf.get() + (o - o0) * K;
       d.row(o);
       for (int64_t k = 0; k < K16; k += 16) {
         __m256 w0, w1;
@@ -198,10 +222,13 @@ void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x
     int64_t r = 0;
     for (; r + 4 <= n_rows; r += 4)
       for (int64_t o = o0; o < o1; ++o)
-        tile_f32_r4(buf.data() + (o - o0) * K, K, post[o - o0], x + r * xs, xs, y + r * ys + o, ys);
+        tile_f32_r4(buf.get() + (o - o0) * K, K, post[o - o0], x + r * xs, xs, y + r * ys + o, ys);
+    for (; r + 2 <= n_rows; r += 2)
+      for (int64_t o = o0; o < o1; ++o)
+        tile_f32_r2(buf.get() + (o - o0) * K, K, post[o - o0], x + r * xs, xs, y + r * ys + o, ys);
     for (; r < n_rows; ++r)
       for (int64_t o = o0; o < o1; ++o)
-        tile_f32_r1(buf.data() + (o - o0) * K, K, post[o - o0], x + r * xs, y + r * ys + o);
+        tile_f32_r1(buf.get() + (o - o0) * K, K, post[o - o0], x + r * xs, y + r * ys + o);
   }
 }
 

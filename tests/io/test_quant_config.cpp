@@ -256,6 +256,21 @@ TEST(QuantConfig, FusedMembersMustAgree) {
   EXPECT_TRUE(contains(e, "experts.4.up_proj")) << e;
 }
 
+TEST(QuantConfig, ChildrenOfAFusedModule) {
+  json h = lightning_hf_quant();
+  QuantConfig qc = parse_quant_config(&h, "hf_quant_config.json", nullptr, "");
+  EXPECT_EQ(qc.resolve_children("backbone.layers.1.mixer.experts").algo, QuantAlgo::W4A16_NVFP4);
+  EXPECT_EQ(qc.resolve_children("backbone.layers.1.mixer.shared_experts").algo, QuantAlgo::W4A16_NVFP4);
+  // Nothing below the prefix: the prefix itself decides (never a sibling such as in_proj).
+  EXPECT_EQ(qc.resolve_children("backbone.layers.0.mixer.conv1d").algo, QuantAlgo::None);
+  EXPECT_EQ(qc.resolve_children("backbone.layers.0.mixer.in").algo, QuantAlgo::None);
+  EXPECT_EQ(qc.resolve_children("backbone.layers.0.mixer.in_proj").algo, QuantAlgo::FP8);
+  h["quantization"]["quantized_layers"]["backbone.layers.1.mixer.experts.2.up_proj"]["quant_algo"] = "FP8";
+  qc = parse_quant_config(&h, "hf_quant_config.json", nullptr, "");
+  const std::string e = error_of([&] { qc.resolve_children("backbone.layers.1.mixer.experts"); });
+  EXPECT_TRUE(contains(e, "experts.2.up_proj")) << e;
+}
+
 TEST(QuantConfig, CrossCheckLightningModules) {
   const json h = lightning_hf_quant();
   const QuantConfig qc = parse_quant_config(&h, "hf_quant_config.json", nullptr, "");

@@ -143,7 +143,7 @@ std::string first_diff(const std::vector<float>& a, const std::vector<float>& b)
   return "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
 }
 
-const int64_t kRowCounts[] = {1, 2, 3, 4, 5, 8, 16, 17};
+const int64_t kRowCounts[] = {1, 2, 3, 4, 5, 6, 7, 8, 16, 17};
 
 // Restores the process-wide ISA after a test that overrides it.
 struct IsaGuard {
