@@ -39,33 +39,12 @@ void write_token_fallback(int32_t id) {
   std::fflush(stdout);
 }
 
-// Streams a 1 GiB buffer (larger than any cache) with the given threads; best of 3, GB/s.
-double measure_read_bandwidth(const ThreadConfig& tc) {
-  const size_t n = (size_t(1) << 30) / sizeof(float);
-  Buffer<float> buf(n);
-  for (size_t i = 0; i < n; i += 1024) buf[i] = float(i);
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<double> part(size_t(tc.n_threads), 0.0);
-    const double t0 = now_s();
-    parallel_for(tc, int64_t(n / 4096), 1, [&](int64_t b, int64_t e) {
-      double s = 0;
-      for (int64_t blk = b; blk < e; ++blk) s += double(kernels::dot(buf.data() + blk * 4096, buf.data() + blk * 4096, 4096));
-      part[size_t(b * tc.n_threads / std::max<int64_t>(1, int64_t(n / 4096)))] += s;
-    });
-    const double dt = now_s() - t0;
-    best = std::max(best, double(n * sizeof(float)) / dt / 1e9);
-    if (part[0] == -1.0) std::printf(" ");  // keep the reads alive
-  }
-  return best;
-}
-
 ThreadConfig threads_of(int n) { return ThreadConfig{n > 0 ? n : default_thread_count()}; }
 
 }  // namespace
 
 std::vector<Command> make_generate_commands() {
-  std::vector<Command> v(3);
+  std::vector<Command> v(2);
 
   // ---- run -------------------------------------------------------------------------------------
   struct RunOpts {
@@ -201,85 +180,6 @@ std::vector<Command> make_generate_commands() {
     return 0;
   };
 
-  // ---- bench ------------------------------------------------------------------------------------
-  struct BenchOpts {
-    std::string model;
-    int64_t prompt = 128, gen = 32;
-    int threads = 0, reps = 1;
-    bool json = false, membw = false;
-  };
-  auto bo = std::make_shared<BenchOpts>();
-  v[2].attach_fn = [bo, sub = v[2].sub](CLI::App& app) {
-    auto* s = app.add_subcommand("bench", "Measure prefill and decode speed and peak memory");
-    s->add_option("-m,--model", bo->model, "Model directory (default: the embedded tiny model)");
-    s->add_option("--prompt-tokens", bo->prompt, "Prefill length")->capture_default_str();
-    s->add_option("--gen", bo->gen, "Decode steps")->capture_default_str();
-    s->add_option("-t,--threads", bo->threads, "Threads (default: all cores)");
-    s->add_option("--reps", bo->reps, "Repetitions (best is reported)")->capture_default_str();
-    s->add_flag("--json", bo->json, "Machine-readable output");
-    s->add_flag("--membw", bo->membw, "Also measure memory read bandwidth (roofline)");
-    *sub = s;
-  };
-  v[2].run = [bo]() {
-    auto dir = resolve_model_dir(bo->model);
-    const double tl = now_s();
-    auto m = model::NemotronH::load(dir->path);
-    const double load_s = now_s() - tl;
-    const auto& cfg = m->config();
-    const auto tc = threads_of(bo->threads);
-    spec::Rng rng(42);
-    std::vector<int32_t> prompt(size_t(std::max<int64_t>(1, bo->prompt)));
-    for (auto& t : prompt) t = int32_t(rng.next() % uint64_t(cfg.vocab_size));
-    double best_pf = 1e30, best_dec = 1e30;
-    size_t state_bytes = 0;
-    for (int rep = 0; rep < std::max(1, bo->reps); ++rep) {
-      auto st = m->new_state();
-      double t0 = now_s();
-      auto r = m->forward(st, prompt, {}, tc);
-      best_pf = std::min(best_pf, now_s() - t0);
-      t0 = now_s();
-      for (int64_t i = 0; i < bo->gen; ++i) {
-        const int32_t in[1] = {spec::argmax({r.logits.data(), size_t(cfg.vocab_size)})};
-        r = m->forward(st, in, {}, tc);
-      }
-      if (bo->gen > 0) best_dec = std::min(best_dec, now_s() - t0);
-      state_bytes = st.bytes();
-    }
-    const double pf_tps = double(prompt.size()) / best_pf;
-    const double dec_gb = double(m->decode_bytes_per_token()) / 1e9;
-    const double bw = bo->membw ? measure_read_bandwidth(tc) : 0.0;
-    const double dec_tps = bo->gen > 0 ? double(bo->gen) / best_dec : 0.0;
-    const double file_gb = double(m->store().file_bytes()) / 1e9;
-    const double rss_gb = double(peak_rss_bytes()) / 1e9;
-    if (bo->json) {
-      nlohmann::json j = {{"model", dir->path},           {"layers", cfg.pattern()},
-                          {"threads", tc.n_threads},      {"isa", kernels::isa_name(kernels::active_isa())},
-                          {"prompt_tokens", prompt.size()}, {"prefill_tok_s", pf_tps},
-                          {"decode_tokens", bo->gen},     {"decode_tok_s", dec_tps},
-                          {"load_s", load_s},             {"file_gb", file_gb},
-                          {"peak_rss_gb", rss_gb},        {"state_mb", double(state_bytes) / 1e6},
-                          {"decode_gb_per_token", dec_gb}, {"decode_gb_s", dec_gb * dec_tps}};
-      if (bo->membw) {
-        j["read_bandwidth_gb_s"] = bw;
-        j["roofline_tok_s"] = bw / dec_gb;
-        j["roofline_fraction"] = dec_tps * dec_gb / bw;
-      }
-      std::printf("%s\n", j.dump(2).c_str());
-    } else {
-      std::printf("model      %s (%zu layers: %s)\n", dir->path.c_str(), cfg.layers.size(), cfg.pattern().c_str());
-      std::printf("threads    %d (%s kernels)\n", tc.n_threads, kernels::isa_name(kernels::active_isa()));
-      std::printf("prefill    %lld tokens: %.2f tok/s\n", (long long)prompt.size(), pf_tps);
-      std::printf("decode     %lld tokens: %.2f tok/s (%.3f GB of weights per token -> %.1f GB/s)\n",
-                  (long long)bo->gen, dec_tps, dec_gb, dec_gb * dec_tps);
-      if (bo->membw)
-        std::printf("roofline   read bandwidth %.1f GB/s -> %.2f tok/s; decode reaches %.0f%%\n", bw, bw / dec_gb,
-                    100.0 * dec_tps * dec_gb / bw);
-      std::printf("memory     peak RSS %.3f GB, checkpoint files %.3f GB, state %.1f MB\n", rss_gb, file_gb,
-                  double(state_bytes) / 1e6);
-      std::printf("load       %.2f s\n", load_s);
-    }
-    return 0;
-  };
   return v;
 }
 

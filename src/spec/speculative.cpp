@@ -135,7 +135,7 @@ SpecStats SpeculativeDecoder::generate(const SpecRequest& req, Drafter* drafter,
     rows.insert(rows.end(), prop.tokens.begin(), prop.tokens.end());
     model::ForwardOptions fo;
     fo.all_logits = true;
-    fo.record = true;
+    fo.record = k > 0;  // a lone anchor row is always kept: nothing to roll back
     fo.want_hidden = hidden;
     t0 = now_s();
     r = m_.forward(st, rows, fo, tc_);
@@ -182,9 +182,11 @@ SpecStats SpeculativeDecoder::generate(const SpecRequest& req, Drafter* drafter,
     }
     s.accepted += a;
     if (done) break;  // the request ends here; no need to roll the state forward
-    t0 = now_s();
-    m_.accept(st, a + 1);
-    s.rollback_s += now_s() - t0;
+    if (k > 0) {
+      t0 = now_s();
+      m_.accept(st, a + 1);
+      s.rollback_s += now_s() - t0;
+    }
     if (drafter) {
       t0 = now_s();
       drafter->commit(std::span<const int32_t>(prop.tokens).first(size_t(a)), next,

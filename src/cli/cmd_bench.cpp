@@ -1,0 +1,279 @@
+// nemotron bench: prefill / decode speed, memory, roofline, and speculative decoding
+// (verify-width cost curve, rollback cost, speedup per drafter and γ), measured side by side.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "base/error.h"
+#include "base/memory.h"
+#include "base/threads.h"
+#include "cli/commands.h"
+#include "kernels/linear.h"
+#include "kernels/ops.h"
+#include "model/mtp.h"
+#include "model/nemotron_h.h"
+#include "spec/drafter.h"
+#include "spec/mtp_drafter.h"
+#include "spec/speculative.h"
+
+namespace nemo::cli {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Streams a 1 GiB buffer (larger than any cache) with the given threads; best of 3, GB/s.
+double measure_read_bandwidth(const ThreadConfig& tc) {
+  const size_t n = (size_t(1) << 30) / sizeof(float);
+  Buffer<float> buf(n);
+  for (size_t i = 0; i < n; i += 1024) buf[i] = float(i);
+  double best = 0, sink = 0;
+  const int64_t blocks = int64_t(n / 4096);
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> part(size_t(blocks), 0.0);
+    const double t0 = now_s();
+    parallel_for(tc, blocks, 1, [&](int64_t b, int64_t e) {
+      for (int64_t blk = b; blk < e; ++blk)
+        part[size_t(blk)] = double(kernels::dot(buf.data() + blk * 4096, buf.data() + blk * 4096, 4096));
+    });
+    const double dt = now_s() - t0;
+    best = std::max(best, double(n * sizeof(float)) / dt / 1e9);
+    sink += part[0];
+  }
+  if (sink < 0) std::printf(" ");  // keep the reads observable
+  return best;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string tok;
+  while (std::getline(ss, tok, ','))
+    if (!tok.empty()) out.push_back(std::stoi(tok));
+  return out;
+}
+
+}  // namespace
+
+std::vector<Command> make_bench_command() {
+  struct BenchOpts {
+    std::string model, spec = "none", gammas = "1,2,3,4,5,6,7";
+    int64_t prompt = 128, gen = 32;
+    int threads = 0, reps = 1;
+    bool json = false, membw = false, verify_curve = false;
+  };
+  auto bo = std::make_shared<BenchOpts>();
+  std::vector<Command> v(1);
+  v[0].attach_fn = [bo, sub = v[0].sub](CLI::App& app) {
+    auto* s = app.add_subcommand("bench", "Measure prefill/decode speed, memory, roofline and speculative decoding");
+    s->add_option("-m,--model", bo->model, "Model directory (default: the embedded tiny model)");
+    s->add_option("--prompt-tokens", bo->prompt, "Prefill length")->capture_default_str();
+    s->add_option("--gen", bo->gen, "Decode steps")->capture_default_str();
+    s->add_option("-t,--threads", bo->threads, "Threads (default: all cores)");
+    s->add_option("--reps", bo->reps, "Repetitions (best is reported)")->capture_default_str();
+    s->add_flag("--json", bo->json, "Machine-readable output");
+    s->add_flag("--membw", bo->membw, "Also measure memory read bandwidth (roofline)");
+    s->add_option("--spec", bo->spec,
+                  "Also run speculative decoding with: none | ngram | mtp | oracle | wrong | all (comma list)")
+        ->capture_default_str();
+    s->add_option("--gammas", bo->gammas, "Draft lengths to measure with --spec")->capture_default_str();
+    s->add_flag("--verify-curve", bo->verify_curve,
+                "Cost of a verify forward of width 1..8 and of a rollback, relative to one decode step");
+    *sub = s;
+  };
+  v[0].run = [bo]() {
+    auto dir = resolve_model_dir(bo->model);
+    const double tl = now_s();
+    auto m = model::NemotronH::load(dir->path);
+    const double load_s = now_s() - tl;
+    const auto& cfg = m->config();
+    const ThreadConfig tc{bo->threads > 0 ? bo->threads : default_thread_count()};
+    const int64_t V = cfg.vocab_size;
+    spec::Rng rng(42);
+    std::vector<int32_t> prompt(size_t(std::max<int64_t>(1, bo->prompt)));
+    for (auto& t : prompt) t = int32_t(rng.next() % uint64_t(V));
+    nlohmann::json j = {{"model", dir->path}, {"layers", cfg.pattern()}, {"threads", tc.n_threads},
+                        {"isa", kernels::isa_name(kernels::active_isa())}, {"load_s", load_s}};
+
+    // ---- plain prefill + decode
+    double best_pf = 1e30, best_dec = 1e30;
+    size_t state_bytes = 0;
+    for (int rep = 0; rep < std::max(1, bo->reps); ++rep) {
+      auto st = m->new_state();
+      double t0 = now_s();
+      auto r = m->forward(st, prompt, {}, tc);
+      best_pf = std::min(best_pf, now_s() - t0);
+      t0 = now_s();
+      for (int64_t i = 0; i < bo->gen; ++i) {
+        const int32_t in[1] = {spec::argmax({r.logits.data(), size_t(V)})};
+        r = m->forward(st, in, {}, tc);
+      }
+      if (bo->gen > 0) best_dec = std::min(best_dec, now_s() - t0);
+      state_bytes = st.bytes();
+    }
+    const double pf_tps = double(prompt.size()) / best_pf;
+    const double dec_tps = bo->gen > 0 ? double(bo->gen) / best_dec : 0.0;
+    const double dec_gb = double(m->decode_bytes_per_token()) / 1e9;
+    j["prompt_tokens"] = prompt.size();
+    j["prefill_tok_s"] = pf_tps;
+    j["decode_tokens"] = bo->gen;
+    j["decode_tok_s"] = dec_tps;
+    j["decode_gb_per_token"] = dec_gb;
+    j["decode_gb_s"] = dec_gb * dec_tps;
+    j["file_gb"] = double(m->store().file_bytes()) / 1e9;
+    j["state_mb"] = double(state_bytes) / 1e6;
+    if (!bo->json) {
+      std::printf("model      %s (%zu layers: %s)\n", dir->path.c_str(), cfg.layers.size(), cfg.pattern().c_str());
+      std::printf("threads    %d (%s kernels)\n", tc.n_threads, kernels::isa_name(kernels::active_isa()));
+      std::printf("prefill    %lld tokens: %.2f tok/s\n", (long long)prompt.size(), pf_tps);
+      std::printf("decode     %lld tokens: %.2f tok/s (%.3f GB of weights per token -> %.1f GB/s)\n",
+                  (long long)bo->gen, dec_tps, dec_gb, dec_gb * dec_tps);
+      std::fflush(stdout);
+    }
+    if (bo->membw) {
+      const double bw = measure_read_bandwidth(tc);
+      j["read_bandwidth_gb_s"] = bw;
+      j["roofline_tok_s"] = bw / dec_gb;
+      j["roofline_fraction"] = dec_tps * dec_gb / bw;
+      if (!bo->json)
+        std::printf("roofline   read bandwidth %.1f GB/s -> %.2f tok/s; decode reaches %.0f%%\n", bw, bw / dec_gb,
+                    100.0 * dec_tps * dec_gb / bw);
+    }
+
+    // ---- verify-width curve and rollback cost
+    if (bo->verify_curve) {
+      const int reps = std::max(3, bo->reps);
+      std::vector<int32_t> rows(8);
+      for (auto& t : rows) t = int32_t(rng.next() % uint64_t(V));
+      auto base = m->new_state();
+      m->forward(base, prompt, {}, tc);
+      // Reference: one plain decode step.
+      auto time_width = [&](int w, bool record, double* rollback) {
+        std::vector<double> ts, rb;
+        for (int r = 0; r < reps; ++r) {
+          auto st = m->new_state();
+          m->forward(st, prompt, {}, tc);
+          model::ForwardOptions fo;
+          fo.all_logits = true;
+          fo.record = record;
+          const double t0 = now_s();
+          m->forward(st, std::span<const int32_t>(rows).first(size_t(w)), fo, tc);
+          ts.push_back(now_s() - t0);
+          if (record && rollback) {
+            const double t1 = now_s();
+            m->accept(st, 1);  // worst case: replay from the pre-round state, keep one row
+            rb.push_back(now_s() - t1);
+          }
+        }
+        if (rollback) *rollback = median(rb);
+        return median(ts);
+      };
+      const double t1 = time_width(1, false, nullptr);
+      nlohmann::json curve = nlohmann::json::array();
+      if (!bo->json) std::printf("verify     width: time (x one decode step)\n");
+      for (int w = 1; w <= 8; ++w) {
+        double rb = 0;
+        const double tw = time_width(w, true, &rb);
+        curve.push_back({{"width", w}, {"seconds", tw}, {"relative", tw / t1}, {"rollback_s", rb},
+                         {"rollback_relative", rb / t1}});
+        if (!bo->json)
+          std::printf("           %d: %.2f ms (%.2fx)   rollback to 1 row %.3f ms (%.3fx)\n", w, tw * 1e3, tw / t1,
+                      rb * 1e3, rb / t1);
+      }
+      j["decode_step_s"] = t1;
+      j["verify_curve"] = curve;
+    }
+
+    // ---- speculative decoding, side by side with plain decoding
+    if (bo->spec != "none") {
+      std::vector<std::string> kinds;
+      if (bo->spec == "all") {
+        kinds = {"ngram", "oracle", "wrong"};
+        if (model::MtpHead::present(*m)) kinds.push_back("mtp");
+      } else {
+        std::stringstream ss(bo->spec);
+        std::string k;
+        while (std::getline(ss, k, ',')) kinds.push_back(k);
+      }
+      spec::SpeculativeDecoder dec(*m, tc);
+      spec::SpecRequest req;
+      req.prompt = prompt;
+      req.max_tokens = std::max<int64_t>(2, bo->gen);
+      std::vector<int32_t> script;
+      dec.generate(req, nullptr, [](int32_t, std::span<const float>) { return true; });  // warm-up
+      const double t0 = now_s();
+      auto plain = dec.generate(req, nullptr, [&](int32_t t, std::span<const float>) {
+        script.push_back(t);
+        return true;
+      });
+      const double plain_s = now_s() - t0 - plain.prefill_s;
+      const double plain_tps = double(plain.emitted - 1) / plain_s;
+      nlohmann::json runs = nlohmann::json::array();
+      if (!bo->json)
+        std::printf("spec       plain decoding %.2f tok/s (%lld tokens)\n", plain_tps, (long long)plain.emitted);
+      for (const auto& kind : kinds) {
+        for (int g : parse_list(bo->gammas)) {
+          std::unique_ptr<spec::Drafter> d;
+          if (kind == "ngram") d = std::make_unique<spec::NgramDrafter>();
+          else if (kind == "oracle") d = std::make_unique<spec::ScriptedDrafter>(script, false, V);
+          else if (kind == "wrong") d = std::make_unique<spec::ScriptedDrafter>(script, true, V);
+          else if (kind == "mtp") d = std::make_unique<spec::MtpDrafter>(*m, tc);
+          else fail("--spec '{}': expected none, ngram, mtp, oracle, wrong or all", kind);
+          req.draft_max = g;
+          std::vector<int32_t> out;
+          const double t1 = now_s();
+          auto s = dec.generate(req, d.get(), [&](int32_t t, std::span<const float>) {
+            out.push_back(t);
+            return true;
+          });
+          const double secs = now_s() - t1 - s.prefill_s;
+          const double tps = double(s.emitted - 1) / secs;
+          const bool same = out == script;
+          runs.push_back({{"drafter", kind},
+                          {"gamma", g},
+                          {"tok_s", tps},
+                          {"speedup", tps / plain_tps},
+                          {"mean_accept_length", s.mean_accept_length()},
+                          {"acceptance_rate", s.acceptance_rate()},
+                          {"verify_calls", s.rounds},
+                          {"draft_s", s.draft_s},
+                          {"verify_s", s.verify_s},
+                          {"rollback_s", s.rollback_s},
+                          {"identical_to_plain", same}});
+          if (!bo->json)
+            std::printf("spec       %-6s gamma %d: %.2f tok/s (%.2fx), accept len %.2f, acceptance %.0f%%, "
+                        "draft %.2fs verify %.2fs rollback %.3fs%s\n",
+                        kind.c_str(), g, tps, tps / plain_tps, s.mean_accept_length(), 100.0 * s.acceptance_rate(),
+                        s.draft_s, s.verify_s, s.rollback_s, same ? "" : "  OUTPUT DIFFERS FROM PLAIN DECODING");
+          if (!same) fail("speculative output differs from plain decoding (drafter {}, gamma {})", kind, g);
+        }
+      }
+      j["spec_plain_tok_s"] = plain_tps;
+      j["spec"] = runs;
+    }
+
+    const double rss_gb = double(peak_rss_bytes()) / 1e9;
+    j["peak_rss_gb"] = rss_gb;
+    if (bo->json) {
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      std::printf("memory     peak RSS %.3f GB, checkpoint files %.3f GB, state %.1f MB\n", rss_gb,
+                  j["file_gb"].get<double>(), double(state_bytes) / 1e6);
+      std::printf("load       %.2f s\n", load_s);
+    }
+    return 0;
+  };
+  return v;
+}
+
+}  // namespace nemo::cli
