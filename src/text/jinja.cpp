@@ -740,7 +740,26 @@ class Parser {
  public:
   Parser(const std::vector<Tok>& t, const std::string& name) : t_(t), name_(name) {}
 
-  ExprP expression() { return cond(); }
+  ExprP expression() {
+    bool top = depth_ == 0;
+    ExprP e = cond();
+    if (top) check_depth(*e);
+    return e;
+  }
+  // Left-associative chains (a+b+c…, x.a.b…, |f|g…) are built iteratively but evaluated
+  // recursively: bound the tree depth (computed without recursion).
+  void check_depth(const Expr& root) const {
+    std::vector<std::pair<const Expr*, int>> stack{{&root, 1}};
+    while (!stack.empty()) {
+      auto [e, d] = stack.back();
+      stack.pop_back();
+      if (d > 400) err(name_, e->line, "expression nested too deeply");
+      for (const auto& c : e->a)
+        if (c) stack.emplace_back(c.get(), d + 1);
+      for (const auto& kv : e->kw)
+        if (kv.second) stack.emplace_back(kv.second.get(), d + 1);
+    }
+  }
   bool at_end() const { return t_[p_].k == TK::End; }
   const Tok& peek(size_t o = 0) const { return t_[std::min(p_ + o, t_.size() - 1)]; }
   bool is_name(const char* s, size_t o = 0) const { return peek(o).k == TK::Name && peek(o).s == s; }
@@ -764,6 +783,8 @@ class Parser {
   int line() const { return peek().line; }
 
   ExprP make(EK k) {
+    // Bounds the tree size too (its destruction is recursive).
+    if (++nodes_ > 20000) fail_here("expression nested too deeply (too many nodes)");
     auto e = std::make_unique<Expr>();
     e->k = k;
     e->line = line();
@@ -771,6 +792,7 @@ class Parser {
   }
 
   ExprP cond() {
+    Guard guard(*this);
     ExprP a = or_();
     while (is_name("if")) {
       next();
@@ -808,6 +830,7 @@ class Parser {
     return a;
   }
   ExprP not_() {
+    Guard guard(*this);
     if (is_name("not")) {
       auto n = make(EK::Not);
       next();
@@ -882,7 +905,17 @@ class Parser {
     }
     return a;
   }
+  // Bounded nesting keeps hostile templates from exhausting the stack.
+  struct Guard {
+    Parser& p;
+    explicit Guard(Parser& x) : p(x) {
+      if (++p.depth_ > 200) p.fail_here("expression nested too deeply");
+    }
+    ~Guard() { --p.depth_; }
+  };
+
   ExprP unary(bool with_filter) {
+    Guard guard(*this);
     ExprP n;
     if (is_op("-") || is_op("+")) {
       n = make(is_op("-") ? EK::Neg : EK::Pos);
@@ -1069,6 +1102,8 @@ class Parser {
   const std::vector<Tok>& t_;
   const std::string& name_;
   size_t p_ = 0;
+  int depth_ = 0;
+  int nodes_ = 0;
 };
 
 class TemplateParser {
@@ -1121,10 +1156,12 @@ class TemplateParser {
   }
 
   Body block_until(const std::vector<std::string>& ends, std::string& end, int line) {
+    if (++nesting_ > 100) err(name_, line, "blocks nested too deeply");
     int saved = open_line_;
     open_line_ = line;
     Body b = body(ends, end);
     open_line_ = saved;
+    --nesting_;
     return b;
   }
 
@@ -1291,6 +1328,7 @@ class TemplateParser {
   const std::string& name_;
   size_t i_ = 0;
   int open_line_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace

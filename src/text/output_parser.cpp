@@ -135,6 +135,8 @@ void OutputParser::feed(std::string_view text, bool final, OutputDelta& out) {
       case State::Reasoning:
         tags = {opts_.think_close};
         if (opts_.parse_tool_calls) tags.push_back(opts_.call_open);
+        // A model that re-emits <think> although the prompt opened it: drop the tag.
+        if (!reasoning_started_) tags.push_back(opts_.think_open);
         break;
       case State::Content:
         if (opts_.parse_tool_calls) tags.push_back(opts_.call_open);
@@ -178,6 +180,10 @@ void OutputParser::feed(std::string_view text, bool final, OutputDelta& out) {
         }
         break;
       case State::Reasoning:
+        if (tag == opts_.think_open) {
+          emit_reasoning(before, false, out);
+          break;
+        }
         emit_reasoning(before, true, out);
         ws_.clear();
         state_ = tag == opts_.think_close ? State::Content : State::ToolCall;

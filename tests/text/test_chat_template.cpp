@@ -65,6 +65,14 @@ TEST(ChatTemplate, ErrorsNameConstructAndLine) {
   EXPECT_NE(error_of("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}").find("recursion too deep"), std::string::npos);
   EXPECT_NE(error_of("{% set x = [1] %}{% set x.y = 2 %}").find("only namespace objects"), std::string::npos);
   EXPECT_NE(error_of("{% call m() %}{% endcall %}").find("unsupported statement 'call'"), std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nested too deeply"), std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(5000, '-') + "1 }}").find("nested too deeply"), std::string::npos);
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 20000; ++i) chain += "+1";
+  EXPECT_NE(error_of(chain + " }}").find("nested too deeply"), std::string::npos);
+  std::string deep;
+  for (int i = 0; i < 500; ++i) deep += "{% if true %}";
+  EXPECT_NE(error_of(deep).find("nested too deeply"), std::string::npos);
   EXPECT_EQ(error_of("{{ messages[0].content }}", ojson::parse(R"({"messages":[{"content":"ok"}]})")), "");
 }
 

@@ -124,6 +124,9 @@ TEST(OutputParser, ReasoningForcedOpen) {
     EXPECT_EQ(r.content, "The answer is 4.");
     EXPECT_TRUE(r.tool_calls.empty());
   }
+  ParsedOutput again = stream_parse("<think>\nre-opened\n</think>\nx", 2);
+  EXPECT_EQ(again.reasoning_content, "re-opened");
+  EXPECT_EQ(again.content, "x");
   OutputParserOptions off;
   off.start_in_reasoning = false;
   ParsedOutput r = stream_parse("<think>\nhmm\n</think>Hi", 1, off);
