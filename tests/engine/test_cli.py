@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""End-to-end checks of the `nemotron` command: the main job works with nothing downloaded, and
+bad input gives one clear message and a non-zero exit, never a crash."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+BIN = sys.argv[1]
+passed = failed = 0
+
+
+def run(args, **kw):
+    return subprocess.run([BIN] + args, capture_output=True, text=True, errors="replace", timeout=300, **kw)
+
+
+def check(name, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL {name}: {detail}")
+
+
+def expect_error(name, args, needle):
+    r = run(args)
+    check(name, r.returncode == 1 and needle in r.stderr and r.stderr.startswith("error: "),
+          f"rc={r.returncode} stderr={r.stderr!r}")
+
+
+with tempfile.TemporaryDirectory() as d:
+    # The main job: the embedded default model generates text.
+    r = run(["run", "--prompt", "Hello", "--max-tokens", "8", "--stats"])
+    check("run embedded model", r.returncode == 0 and "tok/s" in r.stderr, r.stderr)
+    # Token ids in, ids out; greedy is deterministic and thread-count independent.
+    outs = [run(["run", "--ids", "1,2,3", "-n", "12", "-t", t]).stdout for t in ("1", "2")]
+    check("ids deterministic across threads", outs[0] == outs[1] and len(outs[0].split()) == 12, repr(outs))
+    # synth + run with speculation: same tokens as without.
+    m = os.path.join(d, "a")
+    r = run(["synth", "--preset", "tiny-a", "--out", m, "--quiet"])
+    check("synth", r.returncode == 0, r.stderr)
+    base = run(["run", "-m", m, "--ids", "4,5,6,4,5,6", "-n", "24", "--spec", "none"]).stdout
+    for spec in ("ngram", "mtp", "auto"):
+        r = run(["run", "-m", m, "--ids", "4,5,6,4,5,6", "-n", "24", "--spec", spec, "--draft-max", "4",
+                 "--spec-stats"])
+        check(f"spec {spec} lossless", r.returncode == 0 and r.stdout == base and "verify calls" in r.stderr,
+              f"{r.stdout!r} vs {base!r} / {r.stderr}")
+    b = os.path.join(d, "b")
+    run(["synth", "--preset", "tiny-b", "--out", b, "--quiet"])
+    bench = run(["bench", "-m", m, "--prompt-tokens", "8", "--gen", "4", "--json", "--spec", "oracle",
+                 "--gammas", "2", "--verify-curve"])
+    ok = bench.returncode == 0
+    if ok:
+        j = json.loads(bench.stdout)
+        ok = j["spec"][0]["identical_to_plain"] and j["spec"][0]["acceptance_rate"] == 1.0 and \
+            len(j["verify_curve"]) == 8
+    check("bench json", ok, bench.stdout[-500:] + bench.stderr)
+
+    # Bad input: one clear message, exit 1.
+    expect_error("missing model dir", ["run", "-m", os.path.join(d, "nope"), "--ids", "1"], "config.json: cannot open")
+    expect_error("bad id", ["run", "-m", m, "--ids", "1,x"], "'x' is not a token id")
+    expect_error("id out of vocab", ["run", "-m", m, "--ids", "512"], "outside the vocabulary")
+    expect_error("mtp without mtp", ["run", "-m", b, "--spec", "mtp", "--ids", "1"], "needs a checkpoint with an MTP")
+    expect_error("gamma range", ["run", "-m", m, "--spec", "ngram", "--draft-max", "16", "--ids", "1"], "outside [1, 15]")
+    expect_error("unknown spec", ["run", "-m", m, "--spec", "eagle", "--ids", "1"], "--spec 'eagle'")
+    expect_error("unknown preset", ["synth", "--preset", "x", "--out", os.path.join(d, "x")], "unknown preset")
+    # A truncated shard names the file.
+    bad = os.path.join(d, "bad")
+    run(["synth", "--preset", "tiny-a", "--out", bad, "--quiet"])
+    st = os.path.join(bad, "model.safetensors")
+    size = os.path.getsize(st)
+    with open(st, "r+b") as f:
+        f.truncate(size // 2)
+    expect_error("truncated shard", ["run", "-m", bad, "--ids", "1"], "model.safetensors")
+    with open(os.path.join(bad, "config.json"), "w") as f:
+        f.write('{"model_type": "nemotron_h", "hidden_size": 64')
+    expect_error("malformed config", ["run", "-m", bad, "--ids", "1"], "config.json: malformed JSON")
+
+print(f"cli: {passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
