@@ -1,0 +1,1037 @@
+#include "model/inspect.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+
+namespace nemo::model {
+
+using io::DType;
+using io::LayerKind;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr size_t kMaxListed = 12;  // problems listed per category before "... and N more"
+
+int64_t numel_of(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+uint64_t nbytes_of(const InspectTensor& t) {
+  if (t.nbytes) return t.nbytes;
+  return uint64_t(numel_of(t.shape)) * uint64_t(io::dtype_bits(t.dtype)) / 8;
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string dtype_bucket(DType d) { return lower(io::dtype_name(d)); }
+
+bool is_float(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32; }
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+
+// Tensors that describe a quantization, never parameters.
+bool is_scale_suffix(const std::string& suffix) {
+  return suffix == "weight_scale" || suffix == "weight_scale_2" || suffix == "input_scale" || suffix == "k_scale" ||
+         suffix == "v_scale";
+}
+
+// What one module (a prefix P with P.weight) turned out to be.
+struct Module {
+  std::string format;        // bf16 / f16 / f32 / nvfp4 / fp8 / affine4 / affine8 / <dtype>
+  bool quantized = false;
+  int64_t out = 0, in = 0, stacked = 0;  // logical weight [stacked?, out, in]
+  std::string error;                      // check_module failure, empty when fine
+  std::set<std::string> suffixes;         // tensor suffixes that belong to the format
+};
+
+std::string format_of(const io::CheckedModule& m) {
+  switch (m.quant.algo) {
+    case io::QuantAlgo::NVFP4:
+    case io::QuantAlgo::W4A16_NVFP4: return "nvfp4";
+    case io::QuantAlgo::FP8: return "fp8";
+    case io::QuantAlgo::MlxAffine: return "affine" + std::to_string(m.quant.bits);
+    case io::QuantAlgo::None: break;
+  }
+  return dtype_bucket(m.weight_dtype);
+}
+
+std::set<std::string> suffixes_of(const std::string& format) {
+  if (format == "nvfp4") return {"weight", "weight_scale", "weight_scale_2", "input_scale"};
+  if (format == "fp8") return {"weight", "weight_scale", "input_scale"};
+  if (starts_with(format, "affine")) return {"weight", "scales", "biases"};
+  return {"weight"};
+}
+
+// The tensor list with lookups and the per-module verdicts.
+class Catalog {
+ public:
+  Catalog(const io::QuantConfig& qc, const std::vector<InspectTensor>& tensors) : qc_(qc), tensors_(tensors) {
+    for (const auto& t : tensors_) by_name_[t.name] = &t;
+    lookup_ = [this](const std::string& n) -> std::optional<io::TensorInfo> {
+      const InspectTensor* t = find(n);
+      if (!t) return std::nullopt;
+      return io::TensorInfo{t->dtype, t->shape, t->file, t->data};
+    };
+    for (const auto& t : tensors_) {
+      const std::string suffix = ".weight";
+      if (t.name.size() > suffix.size() && t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        modules_[t.name.substr(0, t.name.size() - suffix.size())] = classify(t.name.substr(0, t.name.size() - suffix.size()));
+    }
+  }
+
+  const InspectTensor* find(const std::string& n) const {
+    auto it = by_name_.find(n);
+    return it == by_name_.end() ? nullptr : it->second;
+  }
+  const Module* module(const std::string& prefix) const {
+    auto it = modules_.find(prefix);
+    return it == modules_.end() ? nullptr : &it->second;
+  }
+  const std::map<std::string, Module>& modules() const { return modules_; }
+
+  // Which module a tensor belongs to as part of its format (weight, scales, ...), or nullptr.
+  const Module* owner(const std::string& name, std::string* suffix) const {
+    const size_t dot = name.rfind('.');
+    if (dot == std::string::npos) return nullptr;
+    const Module* m = module(name.substr(0, dot));
+    *suffix = name.substr(dot + 1);
+    if (!m || !m->suffixes.count(*suffix)) return nullptr;
+    return m;
+  }
+
+  // Logical parameters of one tensor (packed weights unpacked; scales count 0).
+  int64_t params(const InspectTensor& t) const {
+    std::string suffix;
+    const Module* m = owner(t.name, &suffix);
+    if (m && m->quantized) return suffix == "weight" ? std::max<int64_t>(1, m->stacked) * m->out * m->in : 0;
+    const size_t dot = t.name.rfind('.');
+    if (dot != std::string::npos && is_scale_suffix(t.name.substr(dot + 1))) return 0;
+    return numel_of(t.shape);
+  }
+  std::string bucket(const InspectTensor& t) const {
+    std::string suffix;
+    const Module* m = owner(t.name, &suffix);
+    return m && m->quantized ? m->format : dtype_bucket(t.dtype);
+  }
+
+ private:
+  Module classify(const std::string& prefix) const {
+    Module m;
+    io::CheckOptions opt;
+    opt.scan_block_scales = false;  // inspect stays fast; the loader scans block scales
+    try {
+      const io::CheckedModule cm = io::check_module(qc_, prefix, lookup_, opt);
+      m.format = format_of(cm);
+      m.quantized = cm.quant.algo != io::QuantAlgo::None;
+      m.out = cm.out, m.in = cm.in, m.stacked = cm.stacked;
+      if (!m.quantized) {  // keep the true shape for dense tensors (1-D norms, 3-D conv)
+        const auto& s = find(prefix + ".weight")->shape;
+        m.out = s.empty() ? 1 : s.size() >= 2 ? s[s.size() - 2] : s[0];
+      }
+    } catch (const Error& e) {
+      m.error = e.what();
+      guess(prefix, m);
+    }
+    m.suffixes = suffixes_of(m.format);
+    return m;
+  }
+
+  // After a failed cross-check: the format the tensors look like, so bytes/params still add up.
+  void guess(const std::string& prefix, Module& m) const {
+    const InspectTensor* w = find(prefix + ".weight");
+    const auto& s = w->shape;
+    const int64_t last = s.empty() ? 1 : s.back();
+    m.out = s.size() >= 2 ? s[s.size() - 2] : (s.empty() ? 1 : s[0]);
+    m.stacked = s.size() == 3 ? s[0] : 0;
+    if (w->dtype == DType::U8 && find(prefix + ".weight_scale")) {
+      m.format = "nvfp4", m.quantized = true, m.in = 2 * last;
+    } else if (w->dtype == DType::F8_E4M3) {
+      m.format = "fp8", m.quantized = true, m.in = last;
+    } else if (w->dtype == DType::U32 && find(prefix + ".scales")) {
+      const int bits = qc_.global.bits > 0 ? qc_.global.bits : 4;
+      m.format = "affine" + std::to_string(bits), m.quantized = true, m.in = last * 32 / bits;
+    } else {
+      m.format = dtype_bucket(w->dtype), m.in = last;
+    }
+  }
+
+  const io::QuantConfig& qc_;
+  const std::vector<InspectTensor>& tensors_;
+  std::map<std::string, const InspectTensor*> by_name_;
+  std::map<std::string, Module> modules_;
+  io::TensorLookup lookup_;
+};
+
+// Collects problems for one part of the checkpoint (backbone, MTP, drafter) and marks the
+// tensors the runtime would bind.
+class Expect {
+ public:
+  Expect(const Catalog& cat, std::set<std::string>& used, std::vector<std::string>& sink)
+      : cat_(cat), used_(used), sink_(sink) {}
+
+  size_t failures() const { return failures_; }
+
+  void problem(std::string msg) {
+    ++failures_;
+    if (sink_.size() < kMaxListed) sink_.push_back(std::move(msg));
+    else overflow_++;
+  }
+  void finish() {
+    if (overflow_) sink_.push_back(fmt::format("... and {} more", overflow_));
+    overflow_ = 0;
+  }
+
+  // A vector-like parameter of n float elements (norm weights, biases, A_log, D, dt_bias).
+  void vec(const std::string& name, int64_t n) {
+    const InspectTensor* t = cat_.find(name);
+    if (!t) return problem(fmt::format("missing tensor {} (expected [{}])", name, n));
+    used_.insert(name);
+    if (!is_float(t->dtype) || numel_of(t->shape) != n)
+      problem(fmt::format("tensor {} is {} {}, expected a float vector of {} elements", name, io::dtype_name(t->dtype),
+                          shape_str(t->shape), n));
+  }
+
+  // Depthwise conv taps [C, 1, K] (HF) or [C, K, 1] (MLX) or [C, K].
+  void conv(const std::string& name, int64_t c, int64_t k) {
+    const InspectTensor* t = cat_.find(name);
+    if (!t) return problem(fmt::format("missing tensor {} (expected [{}, 1, {}])", name, c, k));
+    used_.insert(name);
+    const auto& s = t->shape;
+    const bool ok = is_float(t->dtype) && (s == std::vector<int64_t>{c, 1, k} || s == std::vector<int64_t>{c, k, 1} ||
+                                           s == std::vector<int64_t>{c, k});
+    if (!ok)
+      problem(fmt::format("tensor {} is {} {}, expected float [{}, 1, {}]", name, io::dtype_name(t->dtype),
+                          shape_str(s), c, k));
+  }
+
+  // A linear module of logical shape [stacked?, out, in] in any accepted form (dense, NVFP4
+  // triple, FP8 pair, MLX weight/scales/biases). in < 0: any input width (returned).
+  int64_t linear(const std::string& prefix, int64_t out, int64_t in, int64_t stacked = 0) {
+    const Module* m = cat_.module(prefix);
+    if (!m) {
+      problem(fmt::format("missing tensor {}.weight (expected {}{}[{}, {}])", prefix,
+                          stacked ? std::to_string(stacked) : "", stacked ? " x " : "", out, in < 0 ? 0 : in));
+      return -1;
+    }
+    for (const auto& s : m->suffixes)
+      if (cat_.find(prefix + "." + s)) used_.insert(prefix + "." + s);
+    if (!m->error.empty()) {
+      problem(m->error);
+      return -1;
+    }
+    const InspectTensor* w = cat_.find(prefix + ".weight");
+    const bool rank_ok = stacked ? (w->shape.size() == 3) : (w->shape.size() == 2);
+    if (!rank_ok || m->out != out || (in >= 0 && m->in != in) || m->stacked != stacked) {
+      problem(fmt::format("module {} ({}): weight {} {} is logically {}[{}, {}], expected {}[{}, {}]", prefix, m->format,
+                          io::dtype_name(w->dtype), shape_str(w->shape),
+                          m->stacked ? std::to_string(m->stacked) + " x " : "", m->out, m->in,
+                          stacked ? std::to_string(stacked) + " x " : "", out, in < 0 ? m->in : in));
+      return -1;
+    }
+    return m->in;
+  }
+
+ private:
+  const Catalog& cat_;
+  std::set<std::string>& used_;
+  std::vector<std::string>& sink_;
+  size_t failures_ = 0, overflow_ = 0;
+};
+
+void expect_moe(Expect& x, const Catalog& cat, const std::string& mp, const io::ModelConfig& c) {
+  const int64_t H = c.hidden_size, E = c.n_routed_experts, F = c.moe_intermediate_size;
+  x.linear(mp + ".gate", E, H);
+  x.vec(mp + ".gate.e_score_correction_bias", E);
+  if (cat.module(mp + ".switch_mlp.fc1") || cat.module(mp + ".switch_mlp.fc2")) {  // MLX stacked experts
+    x.linear(mp + ".switch_mlp.fc1", F, H, E);
+    x.linear(mp + ".switch_mlp.fc2", H, F, E);
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string ep = mp + ".experts." + std::to_string(e);
+      x.linear(ep + ".up_proj", F, H);
+      x.linear(ep + ".down_proj", H, F);
+    }
+  }
+  if (c.n_shared_experts > 0) {
+    const int64_t FS = c.moe_shared_expert_intermediate_size * c.n_shared_experts;
+    x.linear(mp + ".shared_experts.up_proj", FS, H);
+    x.linear(mp + ".shared_experts.down_proj", H, FS);
+  }
+}
+
+void expect_attention(Expect& x, const std::string& mp, const io::ModelConfig& c) {
+  const int64_t H = c.hidden_size, QW = c.num_attention_heads * c.head_dim, KW = c.num_key_value_heads * c.head_dim;
+  x.linear(mp + ".q_proj", QW, H);
+  x.linear(mp + ".k_proj", KW, H);
+  x.linear(mp + ".v_proj", KW, H);
+  x.linear(mp + ".o_proj", H, QW);
+}
+
+void expect_layer(Expect& x, const Catalog& cat, const std::string& lp, LayerKind kind, const io::ModelConfig& c) {
+  const int64_t H = c.hidden_size;
+  x.vec(lp + ".norm.weight", H);
+  const std::string mp = lp + ".mixer";
+  switch (kind) {
+    case LayerKind::Mamba: {
+      const int64_t NH = c.mamba_num_heads;
+      x.linear(mp + ".in_proj", c.in_proj_dim(), H);
+      x.conv(mp + ".conv1d.weight", c.conv_dim(), c.conv_kernel);
+      if (c.use_conv_bias) x.vec(mp + ".conv1d.bias", c.conv_dim());
+      x.vec(mp + ".dt_bias", NH);
+      x.vec(mp + ".A_log", NH);
+      x.vec(mp + ".D", NH);
+      x.vec(mp + ".norm.weight", c.mamba_inner());
+      x.linear(mp + ".out_proj", H, c.mamba_inner());
+      break;
+    }
+    case LayerKind::Attention: expect_attention(x, mp, c); break;
+    case LayerKind::MoE: expect_moe(x, cat, mp, c); break;
+    case LayerKind::MLP:
+      x.linear(mp + ".up_proj", c.intermediate_size, H);
+      x.linear(mp + ".down_proj", H, c.intermediate_size);
+      break;
+  }
+}
+
+// Which parameter group a backbone tensor belongs to.
+enum class Group { Embedding, LmHead, Mamba, Attention, Mlp, Routed, Shared, Router, Norms, Other, Mtp };
+
+Group group_of(const std::string& name, const std::string& P, const io::ModelConfig& c) {
+  if (starts_with(name, "mtp.")) return Group::Mtp;
+  if (starts_with(name, P + "embeddings.")) return Group::Embedding;
+  if (starts_with(name, "lm_head.")) return Group::LmHead;
+  if (starts_with(name, P + "norm_f.")) return Group::Norms;
+  const std::string lp = P + "layers.";
+  if (!starts_with(name, lp)) return Group::Other;
+  const size_t dot = name.find('.', lp.size());
+  if (dot == std::string::npos) return Group::Other;
+  size_t idx = 0;
+  try {
+    idx = std::stoul(name.substr(lp.size(), dot - lp.size()));
+  } catch (...) {
+    return Group::Other;
+  }
+  if (idx >= c.layers.size()) return Group::Other;
+  const std::string rest = name.substr(dot + 1);
+  if (starts_with(rest, "norm.")) return Group::Norms;
+  switch (c.layers[idx]) {
+    case LayerKind::Mamba: return Group::Mamba;
+    case LayerKind::Attention: return Group::Attention;
+    case LayerKind::MLP: return Group::Mlp;
+    case LayerKind::MoE:
+      if (starts_with(rest, "mixer.experts.") || starts_with(rest, "mixer.switch_mlp.")) return Group::Routed;
+      if (starts_with(rest, "mixer.shared_experts.")) return Group::Shared;
+      if (starts_with(rest, "mixer.gate.")) return Group::Router;
+      return Group::Other;
+  }
+  return Group::Other;
+}
+
+bool is_routed_mtp(const std::string& name) {
+  return name.find(".mixer.experts.") != std::string::npos || name.find(".mixer.switch_mlp.") != std::string::npos;
+}
+
+// Format counts and bytes over every tensor / module.
+void account_formats(const Catalog& cat, const std::vector<InspectTensor>& tensors, InspectReport& r) {
+  for (const auto& [prefix, m] : cat.modules()) r.modules_by_format[m.format]++;
+  for (const auto& t : tensors) {
+    const uint64_t b = nbytes_of(t);
+    r.bytes_by_format[cat.bucket(t)] += b;
+    r.tensor_bytes += b;
+  }
+  r.tensor_count = int64_t(tensors.size());
+}
+
+void note_unused(const std::vector<InspectTensor>& tensors, const std::set<std::string>& used, InspectReport& r,
+                 const std::string& skip_prefix) {
+  std::vector<std::string> names;
+  for (const auto& t : tensors) {
+    if (used.count(t.name)) {
+      r.used_bytes += nbytes_of(t);
+      continue;
+    }
+    if (!skip_prefix.empty() && starts_with(t.name, skip_prefix)) continue;
+    ++r.unused_tensors;
+    if (names.size() < 5) names.push_back(t.name);
+  }
+  if (r.unused_tensors)
+    r.warnings.push_back(fmt::format("{} tensor(s) not used by the runtime (e.g. {}{})", r.unused_tensors,
+                                     fmt::join(names, ", "), r.unused_tensors > 5 ? ", ..." : ""));
+}
+
+void check_quant_listing(const Catalog& cat, const io::QuantConfig& qc, InspectReport& r) {
+  if (qc.format != io::QuantFormat::ModelOpt) return;
+  int64_t missing = 0;
+  std::string first;
+  for (const auto& [k, v] : qc.layers)
+    if (!cat.module(k)) {
+      if (!missing++) first = k;
+    }
+  if (missing)
+    r.warnings.push_back(fmt::format("{}: {} quantized_layers entr{} name no module in the checkpoint (e.g. {})",
+                                     qc.source, missing, missing == 1 ? "y" : "ies", first));
+}
+
+std::optional<int64_t> opt_int(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<int64_t>();
+}
+int64_t int_or(const json& j, const char* key, int64_t def) { return opt_int(j, key).value_or(def); }
+bool bool_or(const json& j, const char* key, bool def) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() ? it->get<bool>() : def;
+}
+std::vector<int64_t> int_list(const json& j, const char* key) {
+  std::vector<int64_t> v;
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array()) return v;
+  for (const auto& e : *it)
+    if (e.is_number_integer()) v.push_back(e.get<int64_t>());
+  return v;
+}
+std::string architecture_of(const json& cfg) {
+  auto it = cfg.find("architectures");
+  if (it != cfg.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) return (*it)[0].get<std::string>();
+  return "";
+}
+
+// "dflash" | "dspark" | "" from a config.json (spec dflash_dspark.md §2.1–2.3).
+std::string drafter_kind(const json& cfg) {
+  if (!cfg.is_object()) return "";
+  const std::string arch = lower(architecture_of(cfg));
+  const auto non_null = [&](const char* k) { return cfg.contains(k) && !cfg[k].is_null(); };
+  if (arch.find("dspark") != std::string::npos || non_null("dspark_markov_rank") || non_null("markov_rank") ||
+      non_null("dspark_fixup_head_type"))
+    return "dspark";
+  if (arch.find("dflash") != std::string::npos || non_null("dflash_config")) return "dflash";
+  return "";
+}
+
+bool is_target_config(const json& cfg) {
+  if (!cfg.is_object()) return false;
+  const std::string mt = cfg.value("model_type", std::string());
+  return mt == "nemotron_h" || lower(architecture_of(cfg)).find("nemotronh") != std::string::npos;
+}
+
+}  // namespace
+
+uint64_t InspectReport::resident_bytes(int64_t context, bool with_mtp) const {
+  uint64_t b = used_bytes + state.fixed() + state.kv_per_token * uint64_t(std::max<int64_t>(0, context));
+  if (with_mtp) b += mtp.bytes + state.mtp_kv_per_token * uint64_t(std::max<int64_t>(0, context));
+  return b;
+}
+
+InspectReport inspect_target(const io::ModelConfig& c, const io::QuantConfig& qc,
+                             const std::vector<InspectTensor>& tensors, const std::string& dir) {
+  InspectReport r;
+  r.path = dir;
+  r.kind = "target";
+  r.config = c;
+  r.quant = qc;
+  const Catalog cat(qc, tensors);
+  // HF in-library re-saves use "model." instead of "backbone." (spec §7); same rule as the loader.
+  r.tensor_prefix = cat.find("backbone.embeddings.weight") || !cat.find("model.embeddings.weight") ? "backbone." : "model.";
+  const std::string& P = r.tensor_prefix;
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+
+  std::set<std::string> used;
+  {
+    Expect x(cat, used, r.problems);
+    x.linear(P + "embeddings", V, H);
+    x.vec(P + "norm_f.weight", H);
+    if (cat.find("lm_head.weight") || !c.tie_word_embeddings) x.linear("lm_head", V, H);
+    for (size_t i = 0; i < c.layers.size(); ++i)
+      expect_layer(x, cat, P + "layers." + std::to_string(i), c.layers[i], c);
+    x.finish();
+  }
+
+  // MTP: one module of sub-layers `mtp_layers`, flattened as mtp.layers.{s} (spec §6.1).
+  r.mtp.declared_modules = c.num_nextn_predict_layers;
+  for (auto k : c.mtp_layers) r.mtp.sublayers.push_back(io::layer_kind_char(k));
+  for (const auto& t : tensors)
+    if (starts_with(t.name, "mtp.")) ++r.mtp.tensors, r.mtp.bytes += nbytes_of(t);
+  if (c.num_nextn_predict_layers > 0) {
+    if (r.mtp.tensors == 0) {
+      r.mtp.missing.push_back("no mtp.* tensors (dropped by the conversion?)");
+    } else {
+      std::set<std::string> mtp_used;
+      Expect x(cat, mtp_used, r.mtp.missing);
+      const size_t n = c.mtp_layers.size();
+      x.vec("mtp.layers.0.enorm.weight", H);
+      x.vec("mtp.layers.0.hnorm.weight", H);
+      x.linear("mtp.layers.0.eh_proj", H, 2 * H);
+      for (size_t s = 0; s < n; ++s) {
+        const std::string p = "mtp.layers." + std::to_string(s);
+        x.vec(p + ".norm.weight", H);
+        if (c.mtp_layers[s] == LayerKind::Attention) expect_attention(x, p + ".mixer", c);
+        else if (c.mtp_layers[s] == LayerKind::MoE) expect_moe(x, cat, p + ".mixer", c);
+        else x.problem(fmt::format("MTP sub-layer {} is '{}': only attention and moe are supported", s,
+                                   io::layer_kind_name(c.mtp_layers[s])));
+      }
+      if (n > 0) x.vec("mtp.layers." + std::to_string(n - 1) + ".final_layernorm.weight", H);
+      if (n == 0) x.problem("mtp_layers_block_type is empty");
+      x.finish();
+      if (c.num_nextn_predict_layers > 1)
+        r.warnings.push_back(fmt::format("num_nextn_predict_layers = {}: only one MTP module is used",
+                                         c.num_nextn_predict_layers));
+    }
+    r.mtp.complete = r.mtp.missing.empty();
+    if (!r.mtp.complete && r.mtp.tensors > 0)
+      r.warnings.push_back("MTP module incomplete: " + r.mtp.missing.front());
+  } else if (r.mtp.tensors > 0) {
+    r.warnings.push_back(fmt::format("{} mtp.* tensors present but config.json declares no MTP module", r.mtp.tensors));
+  }
+
+  account_formats(cat, tensors, r);
+  note_unused(tensors, used, r, "mtp.");
+  check_quant_listing(cat, qc, r);
+
+  // Parameters.
+  ParamCounts& pc = r.params;
+  int64_t mtp_routed = 0;
+  for (const auto& t : tensors) {
+    const int64_t n = cat.params(t);
+    switch (group_of(t.name, P, c)) {
+      case Group::Embedding: pc.embedding += n; break;
+      case Group::LmHead: pc.lm_head += n; break;
+      case Group::Mamba: pc.mamba += n; break;
+      case Group::Attention: pc.attention += n; break;
+      case Group::Mlp: pc.mlp += n; break;
+      case Group::Routed: pc.moe_routed += n; break;
+      case Group::Shared: pc.moe_shared += n; break;
+      case Group::Router: pc.moe_router += n; break;
+      case Group::Norms: pc.norms += n; break;
+      case Group::Other: pc.other += n; break;
+      case Group::Mtp:
+        pc.mtp_total += n;
+        if (is_routed_mtp(t.name)) mtp_routed += n;
+        break;
+    }
+  }
+  pc.total = pc.embedding + pc.lm_head + pc.mamba + pc.attention + pc.mlp + pc.moe_routed + pc.moe_shared +
+             pc.moe_router + pc.norms + pc.other;
+  const int64_t E = std::max<int64_t>(1, c.n_routed_experts), k = c.num_experts_per_tok;
+  // A token reads k of E routed experts per MoE layer; everything else it reads whole. The
+  // logits need the whole head (the embedding table itself when tied).
+  const int64_t head = pc.lm_head > 0 ? pc.lm_head : (c.tie_word_embeddings ? pc.embedding : 0);
+  const int64_t rest = pc.mamba + pc.attention + pc.mlp + pc.moe_shared + pc.moe_router + pc.norms + head +
+                       pc.moe_routed / E * k;
+  pc.active_per_token = rest + (V > 0 ? pc.embedding / V : 0);
+  pc.active_per_token_full_embedding = rest + (pc.lm_head > 0 || !c.tie_word_embeddings ? pc.embedding : 0);
+  pc.mtp_active_per_token = pc.mtp_total - mtp_routed + mtp_routed / E * k;
+
+  // State per sequence (f32, as model::SequenceState holds it).
+  const uint64_t nm = uint64_t(c.count(LayerKind::Mamba)), na = uint64_t(c.count(LayerKind::Attention));
+  r.state.mamba_conv = nm * uint64_t(std::max<int64_t>(0, c.conv_kernel - 1) * c.conv_dim()) * 4;
+  r.state.mamba_ssm = nm * uint64_t(c.mamba_num_heads * c.mamba_head_dim * c.ssm_state_size) * 4;
+  const uint64_t kv_row = 2 * uint64_t(c.num_key_value_heads * c.head_dim) * 4;
+  r.state.kv_per_token = na * kv_row;
+  if (c.num_nextn_predict_layers > 0)
+    r.state.mtp_kv_per_token =
+        uint64_t(std::count(c.mtp_layers.begin(), c.mtp_layers.end(), LayerKind::Attention)) * kv_row;
+  return r;
+}
+
+InspectReport inspect_drafter(const json& cfg, const io::QuantConfig& qc, const std::vector<InspectTensor>& tensors,
+                              const std::string& dir) {
+  InspectReport r;
+  r.path = dir;
+  r.kind = "drafter";
+  r.quant = qc;
+  DrafterInfo d;
+  d.kind = drafter_kind(cfg);
+  d.architecture = architecture_of(cfg);
+  d.model_type = cfg.value("model_type", std::string());
+  const json empty = json::object();
+  const json& dc = cfg.contains("dflash_config") && cfg["dflash_config"].is_object() ? cfg["dflash_config"] : empty;
+  d.layers = int_or(cfg, "num_hidden_layers", 0);
+  d.hidden_size = int_or(cfg, "hidden_size", 0);
+  d.vocab_size = int_or(cfg, "vocab_size", 0);
+  d.num_attention_heads = int_or(cfg, "num_attention_heads", 0);
+  d.num_key_value_heads = int_or(cfg, "num_key_value_heads", d.num_attention_heads);
+  d.head_dim = int_or(cfg, "head_dim", d.num_attention_heads ? d.hidden_size / d.num_attention_heads : 0);
+  d.intermediate_size = int_or(cfg, "intermediate_size", 0);
+  d.target_hidden_size = opt_int(cfg, "target_hidden_size");
+  d.num_target_layers = opt_int(cfg, "num_target_layers");
+  d.block_size = opt_int(cfg, "block_size");
+  d.mask_token_id = opt_int(dc, "mask_token_id");
+  if (!d.mask_token_id) d.mask_token_id = opt_int(cfg, "mask_token_id");
+  d.sliding_window = opt_int(dc, "swa_window_size");
+  if (!d.sliding_window) d.sliding_window = opt_int(cfg, "sliding_window");
+  d.markov_rank = opt_int(cfg, "dspark_markov_rank");
+  if (!d.markov_rank) d.markov_rank = opt_int(cfg, "markov_rank");
+  d.causal = bool_or(dc, "causal", bool_or(cfg, "is_causal", false));
+  d.use_swa = bool_or(dc, "use_swa", false);
+  d.attention_sink_bias = bool_or(dc, "attention_sink_bias", bool_or(cfg, "attention_sink_bias", false));
+  d.has_embed_tokens = bool_or(cfg, "has_embed_tokens", true);
+  d.has_lm_head = bool_or(cfg, "has_lm_head", false);
+  // Taps, 0-based "output of block L"; eagle_aux ids are the same taps + 1 (spec §1.1).
+  if (auto v = int_list(dc, "target_layer_ids"); !v.empty()) {
+    d.target_layer_ids = v, d.target_layer_ids_source = "dflash_config.target_layer_ids";
+  } else if (auto v2 = int_list(cfg, "target_layer_ids"); !v2.empty()) {
+    d.target_layer_ids = v2, d.target_layer_ids_source = "target_layer_ids";
+  } else if (auto v3 = int_list(cfg, "eagle_aux_hidden_state_layer_ids"); !v3.empty()) {
+    for (auto x : v3) d.target_layer_ids.push_back(x - 1);
+    d.target_layer_ids_source = "eagle_aux_hidden_state_layer_ids - 1";
+  } else if (d.num_target_layers && d.layers > 1) {  // z-lab default build_target_layer_ids
+    for (int64_t i = 0; i < d.layers; ++i)
+      d.target_layer_ids.push_back(
+          int64_t(std::llround(1.0 + double(i) * double(*d.num_target_layers - 3 - 1) / double(d.layers - 1))));
+    d.target_layer_ids_source = "default from num_target_layers";
+  }
+
+  if (d.kind.empty())
+    r.problems.push_back(fmt::format("unrecognised drafter: architectures \"{}\", model_type \"{}\" (expected "
+                                     "DFlashDraftModel / Qwen3DSparkModel or a dflash_config)",
+                                     d.architecture, d.model_type));
+  for (const auto& [key, v] : {std::pair{"hidden_size", d.hidden_size}, {"num_hidden_layers", d.layers},
+                               {"vocab_size", d.vocab_size}, {"num_attention_heads", d.num_attention_heads},
+                               {"intermediate_size", d.intermediate_size}})
+    if (v <= 0) r.problems.push_back(fmt::format("drafter config.json: missing or invalid '{}'", key));
+  if (d.target_layer_ids.empty())
+    r.problems.push_back("drafter config.json: no target layer ids (dflash_config.target_layer_ids)");
+
+  const Catalog cat(qc, tensors);
+  r.tensor_prefix = cat.find("model.layers.0.input_layernorm.weight") ? "model." : "";
+  const std::string& P = r.tensor_prefix;
+  std::set<std::string> used;
+  if (r.problems.empty()) {
+    Expect x(cat, used, r.problems);
+    const int64_t H = d.hidden_size, V = d.vocab_size, QW = d.num_attention_heads * d.head_dim,
+                  KW = d.num_key_value_heads * d.head_dim, TH = d.target_hidden_size.value_or(H);
+    if (d.has_embed_tokens) x.linear(P + "embed_tokens", V, H);
+    x.linear(P + "fc", H, int64_t(d.target_layer_ids.size()) * TH);
+    x.vec(P + "hidden_norm.weight", H);
+    x.vec(P + "norm.weight", H);
+    if (d.has_lm_head) x.linear("lm_head", V, H);
+    for (int64_t i = 0; i < d.layers; ++i) {
+      const std::string lp = P + "layers." + std::to_string(i);
+      x.vec(lp + ".input_layernorm.weight", H);
+      x.vec(lp + ".post_attention_layernorm.weight", H);
+      x.linear(lp + ".self_attn.q_proj", QW, H);
+      x.linear(lp + ".self_attn.k_proj", KW, H);
+      x.linear(lp + ".self_attn.v_proj", KW, H);
+      x.linear(lp + ".self_attn.o_proj", H, QW);
+      x.vec(lp + ".self_attn.q_norm.weight", d.head_dim);
+      x.vec(lp + ".self_attn.k_norm.weight", d.head_dim);
+      if (d.kind == "dspark" && d.attention_sink_bias) x.vec(lp + ".self_attn.attention_sink_bias", d.num_attention_heads);
+      x.linear(lp + ".mlp.gate_proj", d.intermediate_size, H);
+      x.linear(lp + ".mlp.up_proj", d.intermediate_size, H);
+      x.linear(lp + ".mlp.down_proj", H, d.intermediate_size);
+    }
+    if (d.kind == "dspark" && d.markov_rank) {
+      x.linear(P + "markov_head.markov_w1", V, *d.markov_rank);
+      x.linear(P + "markov_head.markov_w2", V, *d.markov_rank);
+    }
+    x.finish();
+  }
+  account_formats(cat, tensors, r);
+  note_unused(tensors, used, r, "");
+  check_quant_listing(cat, qc, r);
+
+  ParamCounts& pc = r.params;
+  for (const auto& t : tensors) {
+    const int64_t n = cat.params(t);
+    const std::string rest = starts_with(t.name, P) ? t.name.substr(P.size()) : t.name;
+    if (starts_with(rest, "embed_tokens.")) pc.embedding += n;
+    else if (starts_with(t.name, "lm_head.")) pc.lm_head += n;
+    else if (rest.find(".self_attn.") != std::string::npos && rest.find("_norm.") == std::string::npos) pc.attention += n;
+    else if (rest.find(".mlp.") != std::string::npos) pc.mlp += n;
+    else if (rest.find("norm.") != std::string::npos) pc.norms += n;
+    else pc.other += n;  // fc, markov head
+  }
+  pc.total = pc.embedding + pc.lm_head + pc.attention + pc.mlp + pc.norms + pc.other;
+  const int64_t row = d.vocab_size > 0 ? pc.embedding / d.vocab_size : 0;
+  pc.active_per_token = pc.total - pc.embedding + row;
+  pc.active_per_token_full_embedding = pc.total;
+  r.state.kv_per_token = uint64_t(std::max<int64_t>(0, d.layers)) * 2 * uint64_t(std::max<int64_t>(0, d.num_key_value_heads * d.head_dim)) * 4;
+  r.drafter = d;
+  return r;
+}
+
+InspectReport inspect_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  InspectReport r;
+  r.path = dir;
+  r.kind = "unknown";
+  const std::string cfg_path = (fs::path(dir) / "config.json").string();
+  json cfg;
+  try {
+    std::ifstream f(cfg_path);
+    if (!f) fail("{}: cannot open (is '{}' a model directory?)", cfg_path, dir);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    try {
+      cfg = json::parse(io::quote_nonfinite_literals(ss.str()));
+    } catch (const json::exception& e) {
+      fail("{}: malformed JSON: {}", cfg_path, e.what());
+    }
+  } catch (const Error& e) {
+    r.problems.push_back(e.what());
+    return r;
+  }
+  const bool target = is_target_config(cfg);
+  const std::string dkind = target ? "" : drafter_kind(cfg);
+  if (!target && dkind.empty()) {
+    r.problems.push_back(fmt::format("{}: unrecognised checkpoint: model_type \"{}\", architectures \"{}\" is neither "
+                                     "nemotron_h nor a DFlash/DSpark drafter",
+                                     cfg_path, cfg.is_object() ? cfg.value("model_type", std::string()) : "",
+                                     cfg.is_object() ? architecture_of(cfg) : ""));
+    return r;
+  }
+  std::optional<io::ModelConfig> mc;
+  io::QuantConfig qc;
+  std::optional<io::TensorStore> store;
+  try {
+    if (target) mc = io::parse_model_config(cfg, cfg_path);
+    qc = io::load_quant_config(dir);
+    store = io::TensorStore::open_dir(dir);
+  } catch (const Error& e) {
+    r.kind = target ? "target" : "drafter";
+    r.problems.push_back(e.what());
+    return r;
+  }
+  std::vector<InspectTensor> tensors;
+  for (const auto& n : store->names()) {
+    const io::TensorView& v = store->get(n);
+    tensors.push_back({v.name, v.dtype, v.shape, v.nbytes, v.file ? *v.file : std::string(), v.data});
+  }
+  InspectReport out = target ? inspect_target(*mc, qc, tensors, dir) : inspect_drafter(cfg, qc, tensors, dir);
+  return out;
+}
+
+void pair_drafter(InspectReport& t, InspectReport dr) {
+  const auto add = [&t](std::string name, bool ok, std::string detail, bool fatal = true) {
+    t.pairing.push_back({std::move(name), ok, fatal, std::move(detail)});
+    if (!ok) (fatal ? t.problems : t.warnings).push_back("draft " + t.pairing.back().name + ": " + t.pairing.back().detail);
+  };
+  for (const auto& p : dr.problems) t.problems.push_back("draft " + dr.path + ": " + p);
+  if (dr.kind != "drafter" || !dr.drafter) {
+    if (dr.kind != "unknown" || dr.problems.empty())
+      add("kind", false, fmt::format("{} is a {} checkpoint, not a recognised drafter (DFlash / DSpark)", dr.path,
+                                     dr.kind));
+  } else if (t.config) {
+    const DrafterInfo& d = *dr.drafter;
+    const io::ModelConfig& c = *t.config;
+    const int64_t th = d.target_hidden_size.value_or(d.hidden_size);
+    add("hidden_size", d.hidden_size == c.hidden_size && th == c.hidden_size,
+        fmt::format("drafter hidden_size {}{} vs target hidden_size {}", d.hidden_size,
+                    d.target_hidden_size ? fmt::format(" (target_hidden_size {})", th) : "", c.hidden_size));
+    add("vocab_size", d.vocab_size == c.vocab_size,
+        fmt::format("drafter vocab_size {} vs target vocab_size {}", d.vocab_size, c.vocab_size));
+    std::vector<int64_t> bad;
+    for (auto id : d.target_layer_ids)
+      if (id < 0 || id >= int64_t(c.layers.size())) bad.push_back(id);
+    add("target_layer_ids", !d.target_layer_ids.empty() && bad.empty(),
+        d.target_layer_ids.empty()
+            ? std::string("drafter declares no target layer ids")
+            : fmt::format("tap layer ids [{}] must be in [0, {}){}", fmt::join(d.target_layer_ids, ", "),
+                          c.layers.size(), bad.empty() ? "" : fmt::format("; out of range: [{}]", fmt::join(bad, ", "))));
+    if (d.mask_token_id)
+      add("mask_token_id", *d.mask_token_id >= 0 && *d.mask_token_id < c.vocab_size,
+          fmt::format("mask token id {} vs target vocab_size {}", *d.mask_token_id, c.vocab_size));
+    if (d.num_target_layers)
+      add("num_target_layers", *d.num_target_layers == int64_t(c.layers.size()),
+          fmt::format("drafter num_target_layers {} vs target layers {}", *d.num_target_layers, c.layers.size()),
+          /*fatal=*/false);
+    if (!d.has_lm_head)
+      add("lm_head", t.params.lm_head > 0 || c.tie_word_embeddings,
+          "the drafter has no lm_head and reuses the target's");
+  }
+  t.draft = std::make_shared<InspectReport>(std::move(dr));
+}
+
+void apply_requirements(InspectReport& r, const InspectRequire& req) {
+  if (!req.mtp) return;
+  if (r.kind != "target") {
+    r.problems.push_back(fmt::format("--require-mtp: {} is not a Nemotron-H target checkpoint", r.path));
+  } else if (r.mtp.declared_modules == 0) {
+    r.problems.push_back("--require-mtp: config.json declares no MTP module (num_nextn_predict_layers = 0)");
+  } else if (!r.mtp.complete) {
+    r.problems.push_back("--require-mtp: the MTP module is incomplete: " +
+                         (r.mtp.missing.empty() ? std::string("?") : r.mtp.missing.front()));
+  }
+}
+
+namespace {
+
+json opt_json(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
+
+json report_json(const InspectReport& r, int64_t context, bool nested) {
+  json j;
+  j["schema_version"] = kInspectSchemaVersion;
+  j["path"] = r.path;
+  j["kind"] = r.kind;
+  j["runnable"] = r.runnable();
+  j["problems"] = r.problems;
+  j["warnings"] = r.warnings;
+  if (r.config) {
+    const io::ModelConfig& c = *r.config;
+    std::vector<std::string> names;
+    for (auto k : c.layers) names.push_back(io::layer_kind_name(k));
+    j["architecture"] = {
+        {"model_type", c.model_type},
+        {"num_layers", c.layers.size()},
+        {"pattern", c.pattern()},
+        {"layers", names},
+        {"layer_counts",
+         {{"mamba", c.count(LayerKind::Mamba)},
+          {"attention", c.count(LayerKind::Attention)},
+          {"moe", c.count(LayerKind::MoE)},
+          {"mlp", c.count(LayerKind::MLP)}}},
+        {"hidden_size", c.hidden_size},
+        {"vocab_size", c.vocab_size},
+        {"tie_word_embeddings", c.tie_word_embeddings},
+        {"tensor_prefix", r.tensor_prefix},
+        {"mamba",
+         {{"num_heads", c.mamba_num_heads},
+          {"head_dim", c.mamba_head_dim},
+          {"n_groups", c.n_groups},
+          {"ssm_state_size", c.ssm_state_size},
+          {"conv_kernel", c.conv_kernel},
+          {"conv_dim", c.conv_dim()},
+          {"in_proj_dim", c.in_proj_dim()}}},
+        {"attention",
+         {{"num_attention_heads", c.num_attention_heads},
+          {"num_key_value_heads", c.num_key_value_heads},
+          {"head_dim", c.head_dim}}},
+        {"moe",
+         {{"n_routed_experts", c.n_routed_experts},
+          {"num_experts_per_tok", c.num_experts_per_tok},
+          {"moe_intermediate_size", c.moe_intermediate_size},
+          {"n_shared_experts", c.n_shared_experts},
+          {"moe_shared_expert_intermediate_size", c.moe_shared_expert_intermediate_size},
+          {"routed_scaling_factor", c.routed_scaling_factor}}},
+        {"mlp", {{"intermediate_size", c.intermediate_size}}},
+    };
+  } else {
+    j["architecture"] = nullptr;
+  }
+  if (r.drafter) {
+    const DrafterInfo& d = *r.drafter;
+    j["drafter"] = {
+        {"kind", d.kind},
+        {"architecture", d.architecture},
+        {"model_type", d.model_type},
+        {"num_layers", d.layers},
+        {"hidden_size", d.hidden_size},
+        {"vocab_size", d.vocab_size},
+        {"num_attention_heads", d.num_attention_heads},
+        {"num_key_value_heads", d.num_key_value_heads},
+        {"head_dim", d.head_dim},
+        {"intermediate_size", d.intermediate_size},
+        {"target_hidden_size", opt_json(d.target_hidden_size)},
+        {"num_target_layers", opt_json(d.num_target_layers)},
+        {"target_layer_ids", d.target_layer_ids},
+        {"target_layer_ids_source", d.target_layer_ids_source},
+        {"block_size", opt_json(d.block_size)},
+        {"mask_token_id", opt_json(d.mask_token_id)},
+        {"sliding_window", opt_json(d.sliding_window)},
+        {"use_swa", d.use_swa},
+        {"causal", d.causal},
+        {"attention_sink_bias", d.attention_sink_bias},
+        {"markov_rank", opt_json(d.markov_rank)},
+        {"has_embed_tokens", d.has_embed_tokens},
+        {"has_lm_head", d.has_lm_head},
+        {"tensor_prefix", r.tensor_prefix},
+    };
+  } else {
+    j["drafter"] = nullptr;
+  }
+  const io::QuantConfig& q = r.quant;
+  j["quantization"] = {
+      {"format", q.format == io::QuantFormat::ModelOpt ? "modelopt" : q.format == io::QuantFormat::Mlx ? "mlx" : "none"},
+      {"algo", q.global_algo},
+      {"source", q.source},
+      {"kv_cache_algo", q.kv_cache_algo},
+      {"producer", q.producer},
+      {"listed_modules", q.layers.size()},
+      {"exclude_patterns", q.exclude.size()},
+  };
+  j["tensors"] = {{"count", r.tensor_count},
+                  {"bytes", r.tensor_bytes},
+                  {"used_bytes", r.used_bytes},
+                  {"unused_count", r.unused_tensors}};
+  const ParamCounts& p = r.params;
+  j["parameters"] = {
+      {"total", p.total},
+      {"active_per_token", p.active_per_token},
+      {"active_per_token_full_embedding", p.active_per_token_full_embedding},
+      {"by_group",
+       {{"embedding", p.embedding},
+        {"lm_head", p.lm_head},
+        {"mamba", p.mamba},
+        {"attention", p.attention},
+        {"mlp", p.mlp},
+        {"moe_routed", p.moe_routed},
+        {"moe_shared", p.moe_shared},
+        {"moe_router", p.moe_router},
+        {"norms", p.norms},
+        {"other", p.other}}},
+      {"mtp_total", p.mtp_total},
+      {"mtp_active_per_token", p.mtp_active_per_token},
+  };
+  j["formats"] = {{"modules", r.modules_by_format}, {"bytes", r.bytes_by_format}};
+  j["mtp"] = {{"declared_modules", r.mtp.declared_modules},
+              {"sublayers", r.mtp.sublayers},
+              {"present", r.mtp.tensors > 0},
+              {"complete", r.mtp.complete},
+              {"tensors", r.mtp.tensors},
+              {"bytes", r.mtp.bytes},
+              {"params", p.mtp_total},
+              {"active_params_per_token", p.mtp_active_per_token},
+              {"problems", r.mtp.missing}};
+  j["state"] = {{"mamba_conv_bytes", r.state.mamba_conv},
+                {"mamba_ssm_bytes", r.state.mamba_ssm},
+                {"fixed_bytes", r.state.fixed()},
+                {"kv_bytes_per_token", r.state.kv_per_token},
+                {"mtp_kv_bytes_per_token", r.state.mtp_kv_per_token}};
+  const uint64_t ctx = uint64_t(std::max<int64_t>(0, context));
+  j["memory"] = {{"context_tokens", ctx},
+                 {"weights_bytes", r.used_bytes},
+                 {"state_bytes", r.state.fixed() + r.state.kv_per_token * ctx},
+                 {"resident_bytes", r.resident_bytes(context, false)},
+                 {"resident_bytes_with_mtp", r.resident_bytes(context, true)}};
+  if (!nested) {
+    if (r.draft) {
+      bool ok = true;
+      json checks = json::array();
+      for (const auto& c : r.pairing) {
+        checks.push_back({{"name", c.name}, {"ok", c.ok}, {"fatal", c.fatal}, {"detail", c.detail}});
+        ok = ok && (c.ok || !c.fatal);
+      }
+      j["pairing"] = {{"ok", ok && r.draft->runnable()}, {"checks", checks}};
+      j["draft"] = report_json(*r.draft, context, true);
+    } else {
+      j["pairing"] = nullptr;
+      j["draft"] = nullptr;
+    }
+  }
+  return j;
+}
+
+std::string gb(uint64_t b) {
+  if (b >= (1ull << 30)) return fmt::format("{:.2f} GiB", double(b) / double(1ull << 30));
+  if (b >= (1ull << 20)) return fmt::format("{:.2f} MiB", double(b) / double(1ull << 20));
+  if (b >= (1ull << 10)) return fmt::format("{:.1f} KiB", double(b) / 1024.0);
+  return fmt::format("{} B", b);
+}
+std::string params_str(int64_t n) {
+  if (n >= 1000000000) return fmt::format("{:.3f} B", double(n) / 1e9);
+  if (n >= 1000000) return fmt::format("{:.2f} M", double(n) / 1e6);
+  return fmt::format("{}", n);
+}
+
+void text_body(std::string& o, const InspectReport& r, int64_t context) {
+  const auto line = [&o](const std::string& s) { o += s + "\n"; };
+  line(fmt::format("checkpoint   {} ({})", r.path, r.kind));
+  if (r.config) {
+    const io::ModelConfig& c = *r.config;
+    line(fmt::format("architecture {} | {} layers: {} mamba, {} attention, {} moe, {} mlp | hidden {} | vocab {}",
+                     c.model_type, c.layers.size(), c.count(LayerKind::Mamba), c.count(LayerKind::Attention),
+                     c.count(LayerKind::MoE), c.count(LayerKind::MLP), c.hidden_size, c.vocab_size));
+    line(fmt::format("schedule     {}", c.pattern()));
+    line(fmt::format("mamba        {} heads x {} | groups {} | state {} | conv {}", c.mamba_num_heads,
+                     c.mamba_head_dim, c.n_groups, c.ssm_state_size, c.conv_kernel));
+    line(fmt::format("attention    {} q heads, {} kv heads, head_dim {} (NoPE)", c.num_attention_heads,
+                     c.num_key_value_heads, c.head_dim));
+    line(fmt::format("moe          {} routed experts (top {}) x {} | {} shared x {} | scale {}", c.n_routed_experts,
+                     c.num_experts_per_tok, c.moe_intermediate_size, c.n_shared_experts,
+                     c.moe_shared_expert_intermediate_size, c.routed_scaling_factor));
+  }
+  if (r.drafter) {
+    const DrafterInfo& d = *r.drafter;
+    line(fmt::format("drafter      {} ({}, {}) | {} layers | hidden {} | vocab {} | heads {}/{} x {} | mlp {}", d.kind,
+                     d.architecture, d.model_type, d.layers, d.hidden_size, d.vocab_size, d.num_attention_heads,
+                     d.num_key_value_heads, d.head_dim, d.intermediate_size));
+    line(fmt::format("taps         [{}] ({}) | block {} | mask {} | swa {} | markov rank {}",
+                     fmt::join(d.target_layer_ids, ", "), d.target_layer_ids_source,
+                     d.block_size ? std::to_string(*d.block_size) : "-",
+                     d.mask_token_id ? std::to_string(*d.mask_token_id) : "-",
+                     d.use_swa && d.sliding_window ? std::to_string(*d.sliding_window) : "off",
+                     d.markov_rank ? std::to_string(*d.markov_rank) : "-"));
+  }
+  const io::QuantConfig& q = r.quant;
+  line(fmt::format("quantization {}{}{}", q.format == io::QuantFormat::None ? "none" : q.global_algo,
+                   q.source.empty() ? "" : " (" + q.source + ")",
+                   q.kv_cache_algo.empty() ? "" : ", kv cache " + q.kv_cache_algo));
+  if (r.kind != "unknown") {
+    std::string mods, bytes;
+    for (const auto& [f, n] : r.modules_by_format) mods += fmt::format("{}{} {}", mods.empty() ? "" : ", ", f, n);
+    for (const auto& [f, n] : r.bytes_by_format) bytes += fmt::format("{}{} {}", bytes.empty() ? "" : ", ", f, gb(n));
+    line(fmt::format("tensors      {} ({}), runtime uses {}", r.tensor_count, gb(r.tensor_bytes), gb(r.used_bytes)));
+    line("modules      " + mods);
+    line("bytes        " + bytes);
+    const ParamCounts& p = r.params;
+    line(fmt::format("parameters   total {} | active/token {} ({} counting the whole embedding)", params_str(p.total),
+                     params_str(p.active_per_token), params_str(p.active_per_token_full_embedding)));
+    if (r.config)
+      line(fmt::format("  by group   embedding {} | lm_head {} | mamba {} | attention {} | mlp {} | routed {} | "
+                       "shared {} | router {} | norms {}{}",
+                       params_str(p.embedding), params_str(p.lm_head), params_str(p.mamba), params_str(p.attention),
+                       params_str(p.mlp), params_str(p.moe_routed), params_str(p.moe_shared),
+                       params_str(p.moe_router), params_str(p.norms),
+                       p.other ? " | other " + params_str(p.other) : ""));
+  }
+  if (r.config) {
+    if (r.mtp.declared_modules == 0)
+      line(fmt::format("mtp          none declared{}", r.mtp.tensors ? " (but mtp.* tensors present)" : ""));
+    else
+      line(fmt::format("mtp          {} module(s) \"{}\": {} | {} tensors, {}, {} params ({} active/token)",
+                       r.mtp.declared_modules, r.mtp.sublayers,
+                       r.mtp.complete ? "complete" : r.mtp.tensors ? "INCOMPLETE" : "absent", r.mtp.tensors,
+                       gb(r.mtp.bytes), params_str(r.params.mtp_total), params_str(r.params.mtp_active_per_token)));
+    line(fmt::format("state        fixed {} (mamba conv {} + ssm {}) | kv {}/token | mtp kv {}/token", gb(r.state.fixed()),
+                     gb(r.state.mamba_conv), gb(r.state.mamba_ssm), gb(r.state.kv_per_token),
+                     gb(r.state.mtp_kv_per_token)));
+  } else if (r.drafter) {
+    line(fmt::format("state        context kv {}/token", gb(r.state.kv_per_token)));
+  }
+  if (r.kind != "unknown")
+    line(fmt::format("memory       ~{} resident at {} tokens{}", gb(r.resident_bytes(context, false)), context,
+                     r.mtp.complete ? fmt::format(", ~{} with MTP", gb(r.resident_bytes(context, true))) : ""));
+  for (const auto& w : r.warnings) line("warning      " + w);
+}
+
+}  // namespace
+
+json to_json(const InspectReport& r, int64_t context) { return report_json(r, context, false); }
+
+std::string to_text(const InspectReport& r, int64_t context) {
+  std::string o;
+  text_body(o, r, context);
+  if (r.draft) {
+    o += "\n";
+    text_body(o, *r.draft, context);
+    o += "pairing     ";
+    for (const auto& c : r.pairing)
+      o += fmt::format(" {} {}{};", c.name, c.ok ? "ok" : "FAIL", c.ok ? "" : " (" + c.detail + ")");
+    o += "\n";
+  }
+  o += r.runnable() ? "runnable     yes\n" : fmt::format("runnable     NO ({} problem(s))\n", r.problems.size());
+  for (const auto& p : r.problems) o += "problem      " + p + "\n";
+  return o;
+}
+
+}  // namespace nemo::model
