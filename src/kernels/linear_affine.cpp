@@ -59,29 +59,14 @@ struct AffineRef {
 // In-lane decode (no lane-crossing ops): the bytes of 16 elements are broadcast to both 128-bit
 // lanes; for 4-bit, shifting odd 64-bit slots by 4 and masking leaves even-element codes then
 // odd-element codes in each lane; a shuffle then zero-extends each code into its element's
-// dword, which converts exactly.
+// dword, which converts exactly. Constants are literals so a tile's decoders share registers.
+// Shuffle control placing source byte `s` in the low byte of a dword (other bytes zeroed).
+constexpr int low(int s) { return int(0xFFFFFF00u | unsigned(s)); }
+
 template <int BITS>
 struct AffineAvx2 : AffineRef<BITS> {
   __m256 s{}, b{};
-  __m256i m0f{}, shifts{}, place0{}, place1{};
 
-  static __m256i placement(int first) {
-    alignas(32) int8_t c[32];
-    for (int i = 0; i < 32; ++i) c[i] = int8_t(0x80);  // zero
-    for (int lane = 0; lane < 2; ++lane)
-      for (int d = 0; d < 4; ++d) {
-        const int e = first + 4 * lane + d;
-        c[16 * lane + 4 * d] = int8_t(BITS == 4 ? ((e & 1) ? 8 + e / 2 : e / 2) : e);
-      }
-    return _mm256_load_si256(reinterpret_cast<const __m256i*>(c));
-  }
-  void init(const PackedWeight& w) {
-    AffineRef<BITS>::init(w);
-    m0f = _mm256_set1_epi8(0x0F);
-    shifts = _mm256_setr_epi64x(0, 4, 0, 4);
-    place0 = placement(0);
-    place1 = placement(8);
-  }
   void prefetch(int64_t k, int64_t ahead) const {
     _mm_prefetch(reinterpret_cast<const char*>(this->rd + ahead * (this->K * BITS / 8) + k * BITS / 8), _MM_HINT_T0);
     if ((k & (this->G * 16 - 1)) == 0) {
@@ -95,13 +80,18 @@ struct AffineAvx2 : AffineRef<BITS> {
       s = _mm256_set1_ps(load_bf16(this->rs, k / this->G));
       b = _mm256_set1_ps(load_bf16(this->rb, k / this->G));
     }
-    __m256i c;
+    __m256i c, place0, place1;
     if constexpr (BITS == 4) {
       int64_t q;
       std::memcpy(&q, this->rd + (k >> 1), 8);
-      c = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(q), shifts), m0f);
+      c = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(q), _mm256_setr_epi64x(0, 4, 0, 4)),
+                           _mm256_set1_epi8(0x0F));
+      place0 = _mm256_setr_epi32(low(0), low(8), low(1), low(9), low(2), low(10), low(3), low(11));
+      place1 = _mm256_setr_epi32(low(4), low(12), low(5), low(13), low(6), low(14), low(7), low(15));
     } else {
       c = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(this->rd + k)));
+      place0 = _mm256_setr_epi32(low(0), low(1), low(2), low(3), low(4), low(5), low(6), low(7));
+      place1 = _mm256_setr_epi32(low(8), low(9), low(10), low(11), low(12), low(13), low(14), low(15));
     }
     w0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(c, place0)), s, b);
     w1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(c, place1)), s, b);

@@ -56,9 +56,11 @@ struct Nvfp4Ref {
 // then the 8 odd-element codes; one shuffle maps codes to int8 2*E2M1, and two more place each
 // value in the top byte of its element's dword (sign included) = 2*E2M1 * 2^24 as int32, which
 // converts exactly. The scale table holds E4M3 * 2^-25, so the product is E2M1 * E4M3, exact.
+// Shuffle control placing source byte `s` in the top byte of a dword (other bytes zeroed).
+constexpr int top(int s) { return int((unsigned(s) << 24) | 0xFFFFFFu); }
+
 struct Nvfp4Avx2 : Nvfp4Ref {
   const float* scaled = nullptr;
-  __m256i lut{}, m0f{}, shifts{}, place0{}, place1{};
 
   static const std::array<float, 256>& e4m3_2m25_table() {
     static constexpr std::array<float, 256> t = [] {
@@ -68,36 +70,25 @@ struct Nvfp4Avx2 : Nvfp4Ref {
     }();
     return t;
   }
-  // Shuffle control: dword d of lane L holds element first + 4L + d in its top byte.
-  static __m256i placement(int first) {
-    alignas(32) int8_t c[32];
-    for (int i = 0; i < 32; ++i) c[i] = int8_t(0x80);  // zero
-    for (int lane = 0; lane < 2; ++lane)
-      for (int d = 0; d < 4; ++d) {
-        const int e = first + 4 * lane + d;
-        c[16 * lane + 4 * d + 3] = int8_t((e & 1) ? 8 + e / 2 : e / 2);
-      }
-    return _mm256_load_si256(reinterpret_cast<const __m256i*>(c));
-  }
   void init(const PackedWeight& w) {
     Nvfp4Ref::init(w);
     scaled = e4m3_2m25_table().data();
-    lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,  //
-                           0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-    m0f = _mm256_set1_epi8(0x0F);
-    shifts = _mm256_setr_epi64x(0, 4, 0, 4);
-    place0 = placement(0);
-    place1 = placement(8);
   }
   void prefetch(int64_t k, int64_t ahead) const {
     _mm_prefetch(reinterpret_cast<const char*>(rd + ahead * (K / 2) + (k >> 1)), _MM_HINT_T0);
     if ((k & 1023) == 0) _mm_prefetch(reinterpret_cast<const char*>(rs + ahead * (K / 16) + (k >> 4)), _MM_HINT_T0);
   }
+  // Constants are literals (not members) so the four decoders of a tile share their registers.
   void decode16(int64_t k, __m256& w0, __m256& w1) const {
+    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,  //
+                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    // Per lane after the shift: bytes 0-7 = codes of elements 0,2,..,14; bytes 8-15 = 1,3,..,15.
+    const __m256i place0 = _mm256_setr_epi32(top(0), top(8), top(1), top(9), top(2), top(10), top(3), top(11));
+    const __m256i place1 = _mm256_setr_epi32(top(4), top(12), top(5), top(13), top(6), top(14), top(7), top(15));
     int64_t q;
     std::memcpy(&q, rd + (k >> 1), 8);
-    const __m256i b = _mm256_set1_epi64x(q);
-    const __m256i v = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srlv_epi64(b, shifts), m0f));
+    const __m256i b = _mm256_srlv_epi64(_mm256_set1_epi64x(q), _mm256_setr_epi64x(0, 4, 0, 4));
+    const __m256i v = _mm256_shuffle_epi8(lut, _mm256_and_si256(b, _mm256_set1_epi8(0x0F)));
     const __m256 s = _mm256_broadcast_ss(scaled + rs[k >> 4]);
     w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, place0)), s);
     w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, place1)), s);
