@@ -4,7 +4,7 @@
 # Usage: tools/text/bench_tokenizer.sh BUILD_DIR [CHUNK_BYTES]   (CHUNK 0 = one document)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-BUILD="${1:?build dir}"
+BUILD="$(cd "${1:?build dir}" && pwd)"
 CHUNK="${2:-4096}"
 TOOL="$BUILD/nemotron_text_tool"
 WORK="$BUILD/text_bench"
