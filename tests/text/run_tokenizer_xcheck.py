@@ -14,7 +14,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 JS = os.path.join(HERE, 'js')
-MODELS = ['qwen3', 'llama3', 'gpt4o']
+# Byte-level BPE (Qwen3, Llama 3, GPT-4o, gpt-oss, DeepSeek V3: stacked Splits, config BOS) and
+# SentencePiece-style BPE with byte_fallback (Llama 2).
+MODELS = ['qwen3', 'llama3', 'gpt4o', 'gptoss', 'deepseek_v3', 'llama2']
 
 
 def model_dir(name):
@@ -53,13 +55,36 @@ def main():
         with open(cc_out) as f:
             got = json.load(f)
         nfc_model = m == 'qwen3'  # NFC normaliser: round trip holds for NFC input only
+        # BOS/EOS policy: transformers' Llama-style fast tokenizers honour an explicit
+        # add_bos_token/add_eos_token in tokenizer_config.json (DeepSeek V3 sets add_bos_token
+        # with a post-processor that adds nothing); the JS reference ignores the flag.
+        with open(os.path.join(d, 'tokenizer_config.json')) as f:
+            cfg = json.load(f)
+        with open(os.path.join(d, 'tokenizer.json')) as f:
+            tj = json.load(f)
+
+        def tok_id(name):
+            v = cfg.get(name)
+            v = v.get('content') if isinstance(v, dict) else v
+            ids = [t['id'] for t in tj['added_tokens'] if t['content'] == v]
+            return ids[0] if ids else tj['model']['vocab'].get(v)
+
+        def expected_ids(js_ids):
+            out = list(js_ids)
+            bos, eos = tok_id('bos_token'), tok_id('eos_token')
+            if cfg.get('add_bos_token') is True and bos is not None and (not out or out[0] != bos):
+                out.insert(0, bos)
+            if cfg.get('add_eos_token') is True and eos is not None and (not out or out[-1] != eos):
+                out.append(eos)
+            return out
         bad = 0
         for i, (t, r, g) in enumerate(zip(texts, ref, got)):
             errs = []
-            if r['ids'] != g['ids']:
-                k = next((k for k, (x, y) in enumerate(zip(r['ids'], g['ids'])) if x != y),
-                         min(len(r['ids']), len(g['ids'])))
-                errs.append(f'ids differ at token {k}: js={r["ids"][max(0,k-3):k+4]} ours={g["ids"][max(0,k-3):k+4]}')
+            for key, want in (('ids_plain', r['ids_plain']), ('ids', expected_ids(r['ids']))):
+                have = g[key]
+                if want != have:
+                    k = next((k for k, (x, y) in enumerate(zip(want, have)) if x != y), min(len(want), len(have)))
+                    errs.append(f'{key} differ at token {k}: js={want[max(0,k-3):k+4]} ours={have[max(0,k-3):k+4]}')
             if r['decoded'] != g['decoded']:
                 errs.append('decode differs')
             import unicodedata

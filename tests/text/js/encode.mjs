@@ -13,6 +13,7 @@ const tok = new Tokenizer(tj, cfg);
 const corpus = JSON.parse(fs.readFileSync(corpusPath, "utf8"));
 const out = corpus.map((s) => {
   const ids = tok.encode(s).ids;
-  return { ids, decoded: tok.decode(ids) };
+  const ids_plain = tok.encode(s, { add_special_tokens: false }).ids;
+  return { ids, ids_plain, decoded: tok.decode(ids_plain) };
 });
 fs.writeFileSync(outPath, JSON.stringify(out));

@@ -35,11 +35,14 @@ static int cmd_encode(const std::string& dir, const std::string& corpus, const s
     DecodeOptions raw;
     raw.clean_up_tokenization_spaces = false;
     json r;
+    auto ids_plain = tok.encode(text, {.add_special_tokens = false});
     r["ids"] = ids;
-    r["decoded"] = tok.decode(ids);
-    r["roundtrip"] = tok.decode(ids, raw) == text;
+    r["ids_plain"] = ids_plain;
+    r["decoded"] = tok.decode(ids_plain);
+    r["roundtrip"] = tok.decode(tok.encode(text, {.add_special_tokens = false}), raw) == text;
     // Special tokens treated as text must also round-trip.
     EncodeOptions plain;
+    plain.add_special_tokens = false;
     plain.parse_special = false;
     r["roundtrip_plain"] = tok.decode(tok.encode(text, plain), raw) == text;
     res.push_back(std::move(r));
