@@ -8,6 +8,7 @@
 // weights are scanned once at load instead (e4m3_has_nan), so valid data agrees bitwise.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -112,7 +113,11 @@ void linear_fp8_static(const PackedWeight& w, float input_scale, const float* x,
     fp8_quantize_activations(x + r * x_stride, w.cols, input_scale, xq.data() + r * w.cols);
   PackedWeight wq = w;
   wq.scale = input_scale * w.scale;
-  linear(wq, xq.data(), n_rows, w.cols, y, y_stride, tc);
+  // Straight to the range kernel (not linear()), so a dispatch on an activation-scale field in
+  // linear() can never route back here.
+  const detail::RangeFn fn = detail::select_range_fn(wq.format, active_isa());
+  const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 18) / std::max<int64_t>(1, w.cols * n_rows));
+  parallel_for(tc, w.rows, grain, [&](int64_t b, int64_t e) { fn(wq, xq.data(), n_rows, w.cols, y, y_stride, b, e); });
 }
 
 }  // namespace nemo::kernels
