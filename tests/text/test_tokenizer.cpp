@@ -252,7 +252,7 @@ TEST(Tokenizer, Utf8Helpers) {
 // Real tokenizers (npm test dependencies): ill-formed bytes encode without crashing and
 // byte-level tokens reproduce the input exactly.
 TEST(Tokenizer, RealTokenizersInvalidBytes) {
-  for (const char* m : {"qwen3", "llama3", "gpt4o"}) {
+  for (const char* m : {"qwen3", "llama3", "gpt4o", "llama2"}) {
     auto dir = npm_model_dir(m);
     ASSERT_TRUE(std::filesystem::exists(dir / "tokenizer.json"))
         << dir << " missing: run scripts/install-text-deps.sh";
@@ -265,8 +265,17 @@ TEST(Tokenizer, RealTokenizersInvalidBytes) {
       auto ids = tok.encode(s, {.add_special_tokens = false});
       std::string raw;
       for (int32_t id : ids) raw += tok.token_bytes(id);
+      std::string dec = tok.decode(ids, {.clean_up_tokenization_spaces = false});
+      if (std::string(m) == "llama2") {
+        // byte_fallback: ill-formed bytes become <0xXX> tokens. HF's ByteFallback decoder
+        // replaces every byte of an ill-formed run of byte tokens (even a valid "\n" next to
+        // it) with U+FFFD, so only validity and the valid-input round trip are checked.
+        EXPECT_TRUE(utf8_valid(dec));
+        if (utf8_valid(s)) EXPECT_EQ(dec, s);
+        continue;
+      }
       if (std::string(m) != "qwen3") EXPECT_EQ(raw, s) << m;  // qwen3 NFC-normalises valid parts
-      EXPECT_EQ(tok.decode(ids, {.clean_up_tokenization_spaces = false}), utf8_lossy(raw));
+      EXPECT_EQ(dec, utf8_lossy(raw));
     }
   }
 }
