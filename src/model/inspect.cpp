@@ -235,6 +235,9 @@ class Expect {
     }
     for (const auto& s : m->suffixes)
       if (cat_.find(prefix + "." + s)) used_.insert(prefix + "." + s);
+    // FP8 KV-cache scales ride on k/v_proj; harmless to an f32 cache, so not "unused".
+    for (const char* s : {"k_scale", "v_scale"})
+      if (cat_.find(prefix + "." + s)) used_.insert(prefix + "." + s);
     if (!m->error.empty()) {
       problem(m->error);
       return -1;
@@ -694,8 +697,8 @@ InspectReport inspect_dir(const std::string& dir) {
   const bool target = is_target_config(cfg);
   const std::string dkind = target ? "" : drafter_kind(cfg);
   if (!target && dkind.empty()) {
-    r.problems.push_back(fmt::format("{}: unrecognised checkpoint: model_type \"{}\", architectures \"{}\" is neither "
-                                     "nemotron_h nor a DFlash/DSpark drafter",
+    r.problems.push_back(fmt::format("{}: unrecognised checkpoint: model_type \"{}\", architectures \"{}\" is neither a "
+                                     "Nemotron-H target nor a recognised (DFlash / DSpark) drafter",
                                      cfg_path, cfg.is_object() ? cfg.value("model_type", std::string()) : "",
                                      cfg.is_object() ? architecture_of(cfg) : ""));
     return r;
@@ -705,7 +708,19 @@ InspectReport inspect_dir(const std::string& dir) {
   std::optional<io::TensorStore> store;
   try {
     if (target) mc = io::parse_model_config(cfg, cfg_path);
-    qc = io::load_quant_config(dir);
+    // Quant config from the already-parsed config.json: io::load_quant_config re-reads it with a
+    // strict parser that rejects the bare Infinity HF configs carry in time_step_limit.
+    const fs::path hq = fs::path(dir) / "hf_quant_config.json";
+    std::optional<json> hqj;
+    if (fs::exists(hq)) {
+      std::ifstream f(hq);
+      try {
+        hqj = json::parse(f);
+      } catch (const json::exception& e) {
+        fail("{}: malformed JSON: {}", hq.string(), e.what());
+      }
+    }
+    qc = io::parse_quant_config(hqj ? &*hqj : nullptr, hq.string(), &cfg, cfg_path);
     store = io::TensorStore::open_dir(dir);
   } catch (const Error& e) {
     r.kind = target ? "target" : "drafter";
@@ -945,6 +960,7 @@ std::string params_str(int64_t n) {
 
 void text_body(std::string& o, const InspectReport& r, int64_t context) {
   const auto line = [&o](const std::string& s) { o += s + "\n"; };
+  const bool loaded = r.config || r.drafter;  // otherwise there is nothing to count
   line(fmt::format("checkpoint   {} ({})", r.path, r.kind));
   if (r.config) {
     const io::ModelConfig& c = *r.config;
@@ -973,10 +989,10 @@ void text_body(std::string& o, const InspectReport& r, int64_t context) {
                      d.markov_rank ? std::to_string(*d.markov_rank) : "-"));
   }
   const io::QuantConfig& q = r.quant;
-  line(fmt::format("quantization {}{}{}", q.format == io::QuantFormat::None ? "none" : q.global_algo,
+  if (loaded) line(fmt::format("quantization {}{}{}", q.format == io::QuantFormat::None ? "none" : q.global_algo,
                    q.source.empty() ? "" : " (" + q.source + ")",
                    q.kv_cache_algo.empty() ? "" : ", kv cache " + q.kv_cache_algo));
-  if (r.kind != "unknown") {
+  if (loaded) {
     std::string mods, bytes;
     for (const auto& [f, n] : r.modules_by_format) mods += fmt::format("{}{} {}", mods.empty() ? "" : ", ", f, n);
     for (const auto& [f, n] : r.bytes_by_format) bytes += fmt::format("{}{} {}", bytes.empty() ? "" : ", ", f, gb(n));
@@ -1008,7 +1024,7 @@ void text_body(std::string& o, const InspectReport& r, int64_t context) {
   } else if (r.drafter) {
     line(fmt::format("state        context kv {}/token", gb(r.state.kv_per_token)));
   }
-  if (r.kind != "unknown")
+  if (loaded)
     line(fmt::format("memory       ~{} resident at {} tokens{}", gb(r.resident_bytes(context, false)), context,
                      r.mtp.complete ? fmt::format(", ~{} with MTP", gb(r.resident_bytes(context, true))) : ""));
   for (const auto& w : r.warnings) line("warning      " + w);
