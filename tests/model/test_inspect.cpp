@@ -466,3 +466,45 @@ TEST(Inspect, HandBuiltDrafterPairing) {
   write_json(good.file("config.json"), unk);
   EXPECT_TRUE(mentions(model::inspect_dir(good.path()).problems, "unrecognised")) << "";
 }
+
+// ---- The synth writer's quantized formats and drafters ----
+
+TEST(Inspect, SynthFormatsAndDrafters) {
+  const io::ModelConfig c = synth::preset_config("tiny-q");
+  test::TempDir dense;
+  synth::SynthOptions o;
+  synth::write_checkpoint(c, dense.path(), o);
+  const model::InspectReport base = model::inspect_dir(dense.path());
+  ASSERT_TRUE(base.runnable()) << join(base.problems);
+  for (const auto& [fmt, bucket, algo] : {std::tuple{"modelopt", "nvfp4", "modelopt"}, {"mlx4", "affine4", "mlx"},
+                                          {"mlx8", "affine8", "mlx"}}) {
+    SCOPED_TRACE(fmt);
+    test::TempDir d;
+    synth::SynthOptions q;
+    q.format = synth::parse_synth_format(fmt);
+    synth::write_checkpoint(c, d.path(), q);
+    const model::InspectReport r = model::inspect_dir(d.path());
+    EXPECT_TRUE(r.runnable()) << join(r.problems);
+    const json j = model::to_json(r);
+    EXPECT_EQ(j["quantization"]["format"], algo);
+    EXPECT_GT(r.modules_by_format.count(bucket) ? r.modules_by_format.at(bucket) : 0, 0);
+    EXPECT_EQ(sum_values(j["formats"]["bytes"]), io::TensorStore::open_dir(d.path()).total_bytes());
+    // Same model, other storage: the logical parameter counts do not change.
+    EXPECT_EQ(r.params.total, base.params.total);
+    EXPECT_EQ(r.params.active_per_token, base.params.active_per_token);
+    if (r.mtp.tensors > 0) EXPECT_EQ(r.params.mtp_total, base.params.mtp_total);
+    EXPECT_EQ(r.state.fixed(), base.state.fixed());
+  }
+  for (const char* kind : {"dflash", "dspark"}) {
+    SCOPED_TRACE(kind);
+    test::TempDir d;
+    synth::write_drafter_checkpoint(synth::parse_drafter_kind(kind), c, d.path(), o);
+    model::InspectReport t = model::inspect_dir(dense.path());
+    model::pair_drafter(t, model::inspect_dir(d.path()));
+    EXPECT_TRUE(t.runnable()) << join(t.problems);
+    const json j = model::to_json(t);
+    EXPECT_TRUE(j["pairing"]["ok"].get<bool>());
+    EXPECT_EQ(j["draft"]["drafter"]["kind"], kind);
+    EXPECT_GT(j["draft"]["formats"]["modules"]["nvfp4"].get<int64_t>(), 0);
+  }
+}
