@@ -71,8 +71,16 @@ def main():
     with open(corpus) as f:
         texts = json.load(f)
     passed = failed = 0
-    for m in MODELS + list(VARIANTS):
-        d = model_dir(m) if m in MODELS else make_variant(a.work, m)
+    # A tokenizer trained by train_byte_level_bpe (what synthetic checkpoints ship) must be a
+    # real tokenizer.json: the JS reference loads it and agrees with us.
+    trained = os.path.join(a.work, 'trained')
+    train_corpus = os.path.join(a.work, 'train_corpus.txt')
+    with open(train_corpus, 'w') as f:
+        subprocess.run(['/usr/bin/python3', os.path.join(ROOT, 'tools', 'text', 'gen_corpus.py'),
+                        '--seed', '99', '--bytes', '300000'], stdout=f, check=True)
+    subprocess.run([a.tool, 'train', train_corpus, '2048', trained], check=True)
+    for m in MODELS + list(VARIANTS) + ['trained']:
+        d = trained if m == 'trained' else model_dir(m) if m in MODELS else make_variant(a.work, m)
         if not os.path.isfile(os.path.join(d, 'tokenizer.json')):
             print(f'FATAL: {d}/tokenizer.json missing: run scripts/install-text-deps.sh', file=sys.stderr)
             return 1

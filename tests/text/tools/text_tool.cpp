@@ -2,7 +2,9 @@
 //   encode DIR CORPUS.json OUT.json   ids, decode and round-trip per corpus string
 //   bench DIR FILE [REPEAT [CHUNK]]   single-thread encode throughput in MB/s
 //   render TEMPLATE CASES.json OUT.json   chat-template render per case
+//   train CORPUS VOCAB OUTDIR         synthetic tokenizer dir (tokenizer.json, config, template)
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -11,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "text/bpe_trainer.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -102,13 +105,24 @@ static int cmd_render(const std::string& tmpl_path, const std::string& cases, co
   return 0;
 }
 
+// Writes a complete synthetic tokenizer directory (what the synthetic checkpoint writer does).
+static int cmd_train(const std::string& corpus, int vocab, const std::string& out) {
+  std::string tj = train_byte_level_bpe(slurp(corpus), vocab, nemotron_special_tokens());
+  std::filesystem::create_directories(out);
+  std::ofstream(std::filesystem::path(out) / "tokenizer.json", std::ios::binary) << tj;
+  std::ofstream(std::filesystem::path(out) / "tokenizer_config.json", std::ios::binary) << make_tokenizer_config(tj);
+  std::ofstream(std::filesystem::path(out) / "chat_template.jinja", std::ios::binary) << nemotron_lightning_chat_template();
+  return 0;
+}
+
 int main(int argc, char** argv) {
   try {
     std::string cmd = argc > 1 ? argv[1] : "";
     if (cmd == "encode" && argc == 5) return cmd_encode(argv[2], argv[3], argv[4]);
     if (cmd == "bench" && argc >= 4) return cmd_bench(argv[2], argv[3], argc > 4 ? std::atoi(argv[4]) : 3, argc > 5 ? size_t(std::atoll(argv[5])) : 0);
     if (cmd == "render" && argc == 5) return cmd_render(argv[2], argv[3], argv[4]);
-    std::cerr << "usage: nemotron_text_tool encode DIR CORPUS OUT | bench DIR FILE [N [CHUNK]] | render TEMPLATE CASES OUT\n";
+    if (cmd == "train" && argc == 5) return cmd_train(argv[2], std::atoi(argv[3]), argv[4]);
+    std::cerr << "usage: nemotron_text_tool encode DIR CORPUS OUT | bench DIR FILE [N [CHUNK]] | render TEMPLATE CASES OUT | train CORPUS VOCAB OUTDIR\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
