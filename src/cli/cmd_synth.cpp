@@ -13,7 +13,8 @@ namespace nemo::cli {
 
 std::vector<Command> make_synth_command() {
   struct Opts {
-    std::string preset = "tiny-a", out, dtype = "bf16", pattern;
+    std::string preset = "tiny-a", out, dtype = "bf16", pattern, format = "dense", drafter;
+    int mlx_group = 64;
     uint64_t seed = 0;
     int layers = 0, threads = 0;
     bool no_mtp = false, quiet = false;
@@ -23,10 +24,16 @@ std::vector<Command> make_synth_command() {
   std::vector<Command> v(1);
   v[0].attach_fn = [o, sub = v[0].sub](CLI::App& app) {
     auto* s = app.add_subcommand("synth", "Write a random-weight checkpoint in the exact HF layout");
-    s->add_option("--preset", o->preset, "tiny-a | tiny-b | tiny-c | lightning")->capture_default_str();
+    s->add_option("--preset", o->preset, "tiny-a | tiny-b | tiny-c | tiny-q | lightning")->capture_default_str();
     s->add_option("--out", o->out, "Output directory")->required();
     s->add_option("--seed", o->seed, "Random seed")->capture_default_str();
-    s->add_option("--dtype", o->dtype, "bf16 | f16 | f32")->capture_default_str();
+    s->add_option("--dtype", o->dtype, "bf16 | f16 | f32 (dense tensors)")->capture_default_str();
+    s->add_option("--format", o->format,
+                  "dense | modelopt (Lightning NVFP4 release: NVFP4 experts + FP8 Mamba) | mlx4 | mlx8")
+        ->capture_default_str();
+    s->add_option("--mlx-group", o->mlx_group, "MLX affine group size (32, 64, 128)")->capture_default_str();
+    s->add_option("--drafter", o->drafter,
+                  "Write a W4A16 NVFP4 drafter (dflash | dspark) sized for the preset instead of the target");
     s->add_option("--layers", o->layers, "Keep only the first N layers of the schedule");
     s->add_option("--pattern", o->pattern, "Replace the layer schedule (M=mamba *=attention E=moe -=mlp)");
     s->add_flag("--no-mtp", o->no_mtp, "Do not write the mtp.* tensors");
@@ -45,6 +52,8 @@ std::vector<Command> make_synth_command() {
     synth::SynthOptions opt;
     opt.seed = o->seed;
     opt.dtype = dt;
+    opt.format = synth::parse_synth_format(o->format);
+    opt.mlx_group = o->mlx_group;
     opt.mtp = !o->no_mtp;
     opt.shard_bytes = uint64_t(o->shard_gb * double(1ull << 30));
     opt.threads = o->threads > 0 ? o->threads : default_thread_count();
@@ -60,10 +69,14 @@ std::vector<Command> make_synth_command() {
           last_pct = pct;
         }
       };
-    synth::write_checkpoint(cfg, o->out, opt);
+    if (!o->drafter.empty()) synth::write_drafter_checkpoint(synth::parse_drafter_kind(o->drafter), cfg, o->out, opt);
+    else synth::write_checkpoint(cfg, o->out, opt);
     if (!o->quiet && tty) std::fprintf(stderr, "\n");
-    std::printf("wrote %s: preset %s, %zu layers (%s), dtype %s\n", o->out.c_str(), o->preset.c_str(),
-                cfg.layers.size(), cfg.pattern().c_str(), o->dtype.c_str());
+    if (!o->drafter.empty())
+      std::printf("wrote %s: %s drafter for preset %s\n", o->out.c_str(), o->drafter.c_str(), o->preset.c_str());
+    else
+      std::printf("wrote %s: preset %s, %zu layers (%s), format %s, dtype %s\n", o->out.c_str(), o->preset.c_str(),
+                  cfg.layers.size(), cfg.pattern().c_str(), o->format.c_str(), o->dtype.c_str());
     return 0;
   };
   return v;

@@ -1,5 +1,9 @@
 #include "io/quant_config.h"
 
+#include <sstream>
+
+#include "io/model_config.h"
+
 #include <algorithm>
 #include <bit>
 #include <cctype>
@@ -384,8 +388,11 @@ QuantConfig load_quant_config(const std::string& dir) {
   const auto read = [](const fs::path& p) {
     std::ifstream f(p);
     NEMO_CHECK(f.good(), "cannot read {}", p.string());
+    std::stringstream ss;
+    ss << f.rdbuf();
     try {
-      return json::parse(f);
+      // HF configs may carry bare Infinity (time_step_limit); see quote_nonfinite_literals.
+      return json::parse(quote_nonfinite_literals(ss.str()));
     } catch (const json::exception& e) {
       fail("{}: invalid JSON: {}", p.string(), e.what());
     }

@@ -239,7 +239,8 @@ uint64_t TensorStore::file_bytes() const {
 }
 
 // ---------------------------------------------------------------------------------------------
-SafetensorsWriter::SafetensorsWriter(std::string path) : path_(std::move(path)) {}
+SafetensorsWriter::SafetensorsWriter(std::string path, bool pad_header)
+    : path_(std::move(path)), pad_header_(pad_header) {}
 
 SafetensorsWriter::~SafetensorsWriter() {
   if (fp_) {
@@ -267,7 +268,7 @@ void SafetensorsWriter::begin() {
     off += e.nbytes;
   }
   std::string hs = h.dump();
-  while (hs.size() % 8) hs.push_back(' ');
+  while (pad_header_ && hs.size() % 8) hs.push_back(' ');
   FILE* f = std::fopen((path_ + ".tmp").c_str(), "wb");
   if (!f) fail("{}: cannot create: {}", path_ + ".tmp", std::strerror(errno));
   fp_ = f;

@@ -74,7 +74,9 @@ class TensorStore {
 // Data goes to PATH.tmp and is renamed on finish(): a failed write never leaves a half file.
 class SafetensorsWriter {
  public:
-  explicit SafetensorsWriter(std::string path);
+  // pad_header = false writes the header unpadded, as MLX's writer does (tensors then start at
+  // arbitrary alignment — useful to test readers against real MLX files).
+  explicit SafetensorsWriter(std::string path, bool pad_header = true);
   ~SafetensorsWriter();
   void declare(const std::string& name, DType dtype, std::vector<int64_t> shape);
   void set_metadata(const std::string& k, const std::string& v) { metadata_[k] = v; }
@@ -94,6 +96,7 @@ class SafetensorsWriter {
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
   uint64_t total_ = 0, written_ = 0;
+  bool pad_header_ = true;
   void* fp_ = nullptr;  // FILE*
 };
 

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "kernels/linear_impl.h"
+#include "kernels/quantize.h"
 
 namespace nemo::kernels {
 
@@ -78,6 +79,8 @@ void linear_range(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
 
 void linear(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
             int64_t y_stride, const ThreadConfig& tc) {
+  if (w.format == WeightFormat::FP8_E4M3 && w.input_scale > 0.0f)
+    return linear_fp8_static(w, w.input_scale, x, n_rows, x_stride, y, y_stride, tc);
   const detail::RangeFn fn = detail::select_range_fn(w.format, active_isa());
   // Grain: at least ~256K multiply-adds per thread, so small matrices stay on one thread
   // (a fork/join costs far more than the work when the machine is oversubscribed).

@@ -34,6 +34,7 @@ struct PackedWeight {
   const void* biases = nullptr;  // AFFINE*: bf16 [rows, cols/group]
   float scale = 1.0f;            // NVFP4: weight_scale_2; FP8: weight_scale
   int64_t group = 0;             // AFFINE*: group size; NVFP4: 16
+  float input_scale = 0.0f;      // FP8: > 0 emulates static W8A8 activation quantisation
   int64_t bytes() const;         // resident bytes of data + scales + biases
 };
 

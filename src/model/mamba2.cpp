@@ -17,7 +17,8 @@ Mamba2Weights Mamba2Weights::bind(const WeightBinder& b, const std::string& p, c
   Mamba2Weights w;
   w.in_proj = b.linear(p + ".in_proj", c.in_proj_dim(), H);
   w.out_proj = b.linear(p + ".out_proj", H, DI);
-  w.conv_w = b.tensor_f32(p + ".conv1d.weight", {CD, 1, K});
+  // HF stores [CD, 1, K]; MLX [CD, K, 1] — the same memory order.
+  w.conv_w = b.tensor_f32_any(p + ".conv1d.weight", {{CD, 1, K}, {CD, K, 1}});
   w.conv_b = c.use_conv_bias ? b.vector(p + ".conv1d.bias", CD) : std::vector<float>(size_t(CD), 0.0f);
   w.dt_bias = b.vector(p + ".dt_bias", NH);
   w.A = b.vector(p + ".A_log", NH);

@@ -12,6 +12,11 @@ MlpWeights MlpWeights::bind(const WeightBinder& b, const std::string& p, int64_t
   return {b.linear(p + ".up_proj", inter, hidden), b.linear(p + ".down_proj", hidden, inter)};
 }
 
+MlpWeights MlpWeights::bind_stacked(const WeightBinder& b, const std::string& p, int64_t e, int64_t n,
+                                    int64_t hidden, int64_t inter) {
+  return {b.stacked_linear(p + ".fc1", e, n, inter, hidden), b.stacked_linear(p + ".fc2", e, n, hidden, inter)};
+}
+
 MoEWeights MoEWeights::bind(const WeightBinder& b, const std::string& p, const io::ModelConfig& c) {
   MoEWeights w;
   const int64_t H = c.hidden_size, E = c.n_routed_experts;
@@ -20,8 +25,11 @@ MoEWeights MoEWeights::bind(const WeightBinder& b, const std::string& p, const i
                           ? b.vector(p + ".gate.e_score_correction_bias", E)
                           : std::vector<float>(size_t(E), 0.0f);
   w.experts.reserve(size_t(E));
+  // HF / ModelOpt store experts one by one; MLX stacks them as switch_mlp.fc1/fc2 [E, ...].
+  const bool stacked = !b.has(p + ".experts.0.up_proj.weight") && b.has(p + ".switch_mlp.fc1.weight");
   for (int64_t e = 0; e < E; ++e)
-    w.experts.push_back(MlpWeights::bind(b, p + ".experts." + std::to_string(e), H, c.moe_intermediate_size));
+    w.experts.push_back(stacked ? MlpWeights::bind_stacked(b, p + ".switch_mlp", e, E, H, c.moe_intermediate_size)
+                                : MlpWeights::bind(b, p + ".experts." + std::to_string(e), H, c.moe_intermediate_size));
   if (c.n_shared_experts > 0)
     w.shared.push_back(MlpWeights::bind(b, p + ".shared_experts", H,
                                         c.moe_shared_expert_intermediate_size * c.n_shared_experts));

@@ -12,6 +12,9 @@ namespace nemo::model {
 struct MlpWeights {  // non-gated: down(relu(up(x))²)
   Linear up, down;
   static MlpWeights bind(const WeightBinder& b, const std::string& prefix, int64_t hidden, int64_t inter);
+  // Expert e of MLX-stacked experts: up = prefix.fc1[e], down = prefix.fc2[e].
+  static MlpWeights bind_stacked(const WeightBinder& b, const std::string& prefix, int64_t e, int64_t n,
+                                 int64_t hidden, int64_t inter);
 };
 
 struct MoEWeights {

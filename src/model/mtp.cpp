@@ -29,7 +29,7 @@ std::unique_ptr<MtpHead> MtpHead::load(const NemotronH& t) {
          "(was the checkpoint converted without MTP?)",
          t.store().dir());
   std::unique_ptr<MtpHead> m(new MtpHead(t));
-  WeightBinder b(t.store());
+  WeightBinder b(t.store(), t.quant(), t.load_options());
   const int64_t H = c.hidden_size;
   m->enorm_ = b.vector("mtp.layers.0.enorm.weight", H);
   m->hnorm_ = b.vector("mtp.layers.0.hnorm.weight", H);

@@ -8,14 +8,16 @@
 
 namespace nemo::model {
 
-NemotronH::NemotronH(io::ModelConfig cfg, io::TensorStore store) : cfg_(std::move(cfg)), store_(std::move(store)) {}
+NemotronH::NemotronH(io::ModelConfig cfg, io::TensorStore store, io::QuantConfig qc, LoadOptions opt)
+    : cfg_(std::move(cfg)), store_(std::move(store)), qc_(std::move(qc)), opt_(opt) {}
 
-std::unique_ptr<NemotronH> NemotronH::load(const std::string& dir) {
+std::unique_ptr<NemotronH> NemotronH::load(const std::string& dir, const LoadOptions& opt) {
   io::ModelConfig cfg = io::load_model_config(dir);
+  io::QuantConfig qc = io::load_quant_config(dir);
   io::TensorStore store = io::TensorStore::open_dir(dir);
-  std::unique_ptr<NemotronH> m(new NemotronH(std::move(cfg), std::move(store)));
+  std::unique_ptr<NemotronH> m(new NemotronH(std::move(cfg), std::move(store), std::move(qc), opt));
   const auto& c = m->cfg_;
-  WeightBinder b(m->store_);
+  WeightBinder b(m->store_, m->qc_, opt);
   // HF in-library re-saves use "model." instead of "backbone."; accept both.
   m->prefix_ = b.has("backbone.embeddings.weight") || !b.has("model.embeddings.weight") ? "backbone." : "model.";
   const std::string& P = m->prefix_;

@@ -39,10 +39,12 @@ struct ForwardResult {
 class NemotronH {
  public:
   // Loads config.json + safetensors from `dir`; weights stay memory-mapped.
-  static std::unique_ptr<NemotronH> load(const std::string& dir);
+  static std::unique_ptr<NemotronH> load(const std::string& dir, const LoadOptions& opt = {});
 
   const io::ModelConfig& config() const { return cfg_; }
   const io::TensorStore& store() const { return store_; }
+  const io::QuantConfig& quant() const { return qc_; }
+  const LoadOptions& load_options() const { return opt_; }
   SequenceState new_state() const { return SequenceState(cfg_); }
 
   // Runs `tokens` after the state's current rows and advances the state.
@@ -60,7 +62,7 @@ class NemotronH {
   int64_t decode_bytes_per_token() const;
 
  private:
-  NemotronH(io::ModelConfig cfg, io::TensorStore store);
+  NemotronH(io::ModelConfig cfg, io::TensorStore store, io::QuantConfig qc, LoadOptions opt);
   using Mixer = std::variant<Mamba2Weights, AttentionWeights, MoEWeights, MlpWeights>;
   struct Layer {
     io::LayerKind kind;
@@ -69,6 +71,8 @@ class NemotronH {
   };
   io::ModelConfig cfg_;
   io::TensorStore store_;
+  io::QuantConfig qc_;
+  LoadOptions opt_;
   std::string prefix_;  // "backbone." or "model."
   Linear embeddings_, lm_head_;
   std::vector<float> norm_f_;

@@ -1,10 +1,14 @@
 // Binding checkpoint tensors to kernel weight views, with shape/dtype validation.
-// This is the seam where packed formats (NVFP4, FP8, MLX affine) plug in: a Linear is a
-// kernels::PackedWeight whatever its storage; the model code never sees the format.
+// This is the seam where the formats meet the model: a Linear is a kernels::PackedWeight whatever
+// its storage (BF16/F16/F32, ModelOpt NVFP4 / FP8, MLX affine 4/8-bit, stacked MLX experts);
+// the block code never sees the format. Each module's format is resolved from the checkpoint's
+// quantization config by exact module name and cross-checked against the tensors present
+// (io::check_module): a mismatch is an error naming the module and file.
 #pragma once
 #include <string>
 #include <vector>
 
+#include "io/quant_config.h"
 #include "io/safetensors.h"
 #include "kernels/linear.h"
 
@@ -12,22 +16,40 @@ namespace nemo::model {
 
 using Linear = kernels::PackedWeight;
 
+struct LoadOptions {
+  // FP8 W8A8 layers: emulate the static activation quantisation (input_scale) like GPU engines,
+  // instead of the default W8A16 (f32 activations). For parity comparisons only.
+  bool fp8_static_activations = false;
+};
+
 class WeightBinder {
  public:
-  explicit WeightBinder(const io::TensorStore& store) : store_(store) {}
+  WeightBinder(const io::TensorStore& store, const io::QuantConfig& qc, LoadOptions opt = {})
+      : store_(store), qc_(qc), opt_(opt) {}
 
-  // A linear layer `prefix`.weight of logical shape [out, in].
+  // The linear module `prefix` (tensors prefix.weight[, .weight_scale, .scales, ...]) of logical
+  // shape [out, in], in whatever format the checkpoint stores it.
   Linear linear(const std::string& prefix, int64_t out, int64_t in) const;
+  // Expert `e` of a stacked module (MLX switch_mlp.fc1/fc2: weight [E, out, ...]).
+  Linear stacked_linear(const std::string& prefix, int64_t e, int64_t n_experts, int64_t out, int64_t in) const;
   // A small parameter vector widened to f32 (norm weights, biases, A_log, D, dt_bias).
   std::vector<float> vector(const std::string& name, int64_t n) const;
-  // A small parameter tensor of any shape with `numel` elements, widened to f32.
-  std::vector<float> tensor_f32(const std::string& name, std::vector<int64_t> shape) const;
+  // A small parameter tensor with one of the accepted shapes, widened to f32.
+  std::vector<float> tensor_f32_any(const std::string& name, const std::vector<std::vector<int64_t>>& shapes) const;
+  std::vector<float> tensor_f32(const std::string& name, std::vector<int64_t> shape) const {
+    return tensor_f32_any(name, std::vector<std::vector<int64_t>>{std::move(shape)});
+  }
+  // A scalar tensor (e.g. k_scale), widened to f32, or `def` when absent.
+  float scalar_or(const std::string& name, float def) const;
   bool has(const std::string& name) const { return store_.has(name); }
   const io::TensorStore& store() const { return store_; }
+  const io::QuantConfig& quant() const { return qc_; }
 
  private:
-  const io::TensorView& expect(const std::string& name, const std::vector<int64_t>& shape) const;
+  Linear bind_checked(const std::string& prefix, int64_t out, int64_t in, int64_t expert, int64_t n_experts) const;
   const io::TensorStore& store_;
+  const io::QuantConfig& qc_;
+  LoadOptions opt_;
 };
 
 }  // namespace nemo::model

@@ -17,9 +17,23 @@ namespace nemo::synth {
 io::ModelConfig preset_config(const std::string& name, int layers = 0, const std::string& pattern = "");
 std::vector<std::string> preset_names();
 
+// Storage format of the checkpoint. All formats of one (config, seed) hold the same model:
+// quantized tensors are quantized from the same f32 values the dense writer rounds to dtype.
+enum class SynthFormat : uint8_t {
+  Dense,     // every tensor in `dtype` (the BF16 release layout)
+  ModelOpt,  // the Lightning NVFP4 release: MIXED_PRECISION (experts, shared experts, lm_head
+             // W4A16_NVFP4; Mamba in/out_proj FP8; the rest bf16; mtp* excluded), one shard per layer
+  Mlx4,      // mlx-lm affine 4-bit (group `mlx_group`), stacked switch_mlp experts, unaligned file
+  Mlx8,      // the same, 8-bit
+};
+SynthFormat parse_synth_format(const std::string& s);  // dense | modelopt | mlx4 | mlx8
+const char* synth_format_name(SynthFormat f);
+
 struct SynthOptions {
   uint64_t seed = 0;
-  io::DType dtype = io::DType::BF16;  // matrices and norm weights; router bias stays F32
+  io::DType dtype = io::DType::BF16;  // dense tensors; router bias, A_log, D, dt_bias stay F32
+  SynthFormat format = SynthFormat::Dense;
+  int mlx_group = 64;
   bool mtp = true;                    // write mtp.* when the config has num_nextn_predict_layers
   uint64_t shard_bytes = 4ull << 30;  // split into model-0000i-of-0000n shards above this
   int threads = 1;
@@ -32,11 +46,22 @@ struct SynthTensor {
   io::DType dtype;
 };
 
-// The tensor list (names, shapes, dtypes) a checkpoint of this config has, in file order.
+// The logical tensor list (dense names, shapes, dtypes) of this config, in file order. The
+// stored tensors of a quantized format are derived from it (see write_checkpoint).
 std::vector<SynthTensor> checkpoint_layout(const io::ModelConfig& c, const SynthOptions& opt);
+// The f32 values of a logical tensor: a function of (seed, name, shape) only.
+std::vector<float> logical_values(const SynthTensor& t, uint64_t seed, int threads = 1);
 
 // Writes config.json, generation_config.json and safetensors (sharded with an index when large).
 // Each tensor's values depend only on (seed, tensor name), not on the layer count or order.
 void write_checkpoint(const io::ModelConfig& c, const std::string& dir, const SynthOptions& opt);
+
+// A W4A16 NVFP4 drafter checkpoint in the layout of NVIDIA's Lightning DFlash / DSpark drafters
+// (spec dflash_dspark.md §2): config.json, hf_quant_config.json (W4A16_NVFP4, group 16) and
+// safetensors, sized to pair with `target` (same hidden size, vocab, heads; taps < its layers).
+enum class DrafterKind : uint8_t { DFlash, DSpark };
+DrafterKind parse_drafter_kind(const std::string& s);  // dflash | dspark
+void write_drafter_checkpoint(DrafterKind kind, const io::ModelConfig& target, const std::string& dir,
+                              const SynthOptions& opt);
 
 }  // namespace nemo::synth
