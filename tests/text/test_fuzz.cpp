@@ -18,7 +18,11 @@ std::string random_input(std::mt19937& rng, const std::vector<std::string>& dict
     switch (rng() % 4) {
       case 0: s.push_back(char(rng() % 256)); break;
       case 1: s += dict[rng() % dict.size()]; break;
-      default: s.push_back("ab {}%#-|.()[]'\"\n~+*/=<>:,_xy01"[rng() % 33]); break;
+      default: {
+        static constexpr std::string_view kChars = "ab {}%#-|.()[]'\"\n~+*/=<>:,_xy01";
+        s.push_back(kChars[rng() % kChars.size()]);
+        break;
+      }
     }
   }
   return s;
