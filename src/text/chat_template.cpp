@@ -28,7 +28,20 @@ std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, const Ch
   // OpenAI clients send tool-call arguments as a JSON string; templates iterate a mapping.
   if (ctx["messages"].is_array())
     for (auto& m : ctx["messages"]) {
-      if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+      if (!m.is_object()) continue;
+      // OpenAI content parts [{"type":"text","text":…}] -> one string (templates expect text).
+      if (m.contains("content") && m["content"].is_array()) {
+        std::string text;
+        bool all_text = true;
+        for (const auto& part : m["content"]) {
+          if (part.is_object() && part.value("type", "") == "text" && part.contains("text") && part["text"].is_string())
+            text += part["text"].get<std::string>();
+          else
+            all_text = false;
+        }
+        if (all_text) m["content"] = text;
+      }
+      if (!m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
       for (auto& tc : m["tool_calls"]) {
         if (!tc.is_object()) continue;
         auto& fn = tc.contains("function") && tc["function"].is_object() ? tc["function"] : tc;

@@ -50,6 +50,12 @@ TEST(ChatTemplate, ApplyParsesStringArguments) {
   EXPECT_NE(out.find("<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n<|im_end|>\n"), std::string::npos);
 }
 
+TEST(ChatTemplate, ApplyFlattensTextParts) {
+  ChatTemplate t(nemotron_lightning_chat_template(), "lightning");
+  ojson msgs = ojson::parse(R"([{"role":"user","content":[{"type":"text","text":"Hello "},{"type":"text","text":"there"}]}])");
+  EXPECT_NE(t.apply(msgs).find("<|im_start|>user\nHello there<|im_end|>"), std::string::npos);
+}
+
 TEST(ChatTemplate, ErrorsNameConstructAndLine) {
   EXPECT_NE(error_of("a\n{% include 'x' %}").find("tmpl:2: unsupported statement 'include'"), std::string::npos);
   EXPECT_NE(error_of("{{ x | nosuchfilter }}").find("tmpl:1: unsupported filter 'nosuchfilter'"), std::string::npos);
