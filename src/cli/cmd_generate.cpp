@@ -53,7 +53,7 @@ std::vector<Command> make_generate_commands() {
     float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
     int top_k = 0, threads = 0;
     uint64_t seed = 0;
-    bool stats = false, ignore_eos = false, spec_stats = false;
+    bool stats = false, ignore_eos = false, spec_stats = false, fp8_static = false;
     std::string spec = "auto";
     int draft_max = 3;
   };
@@ -76,12 +76,14 @@ std::vector<Command> make_generate_commands() {
         ->capture_default_str();
     s->add_option("--draft-max", ro->draft_max, "Draft tokens per verify call (gamma, 1..15)")->capture_default_str();
     s->add_flag("--spec-stats", ro->spec_stats, "Print speculative-decoding telemetry to stderr");
+    s->add_flag("--fp8-static-activations", ro->fp8_static,
+                "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
     s->get_option("--prompt")->excludes("--ids");
     *sub = s;
   };
   v[0].run = [ro]() {
     auto dir = resolve_model_dir(ro->model);
-    auto m = model::NemotronH::load(dir->path);
+    auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = ro->fp8_static});
     engine::GenerateRequest req;
     if (!ro->ids.empty()) req.prompt = parse_ids(ro->ids);
     else req.prompt = bytes_to_ids(ro->prompt.empty() ? std::string("Hello") : ro->prompt, m->config().vocab_size);
@@ -118,7 +120,7 @@ std::vector<Command> make_generate_commands() {
     std::string model, ids, out;
     int64_t gen = 64;
     int threads = 0;
-    bool mtp = false;
+    bool mtp = false, fp8_static = false;
   };
   auto dopt = std::make_shared<DumpOpts>();
   v[1].attach_fn = [dopt, sub = v[1].sub](CLI::App& app) {
@@ -130,10 +132,12 @@ std::vector<Command> make_generate_commands() {
     s->add_option("-t,--threads", dopt->threads, "Threads");
     s->add_flag("--mtp-dump", dopt->mtp,
                 "Also write PREFIX.mtp.f32: MTP logits per prompt slot i for (h_i, t_{i+1}), last slot with g0");
+    s->add_flag("--fp8-static-activations", dopt->fp8_static,
+                "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
     *sub = s;
   };
   v[1].run = [dopt]() {
-    auto m = model::NemotronH::load(dopt->model);
+    auto m = model::NemotronH::load(dopt->model, {.fp8_static_activations = dopt->fp8_static});
     const auto prompt = parse_ids(dopt->ids);
     if (prompt.empty()) fail("--ids: empty prompt");
     const int64_t V = m->config().vocab_size;
