@@ -40,6 +40,24 @@ EXTRA_CASES = [
     dict(name="tiny-b", seed=212, dtype="bf16", synth_args=["--shard-gb", "0.001"], lens=[140], tag="bf16-sharded"),
     dict(name="tiny-c", seed=313, dtype="f16", synth_args=[], lens=[300], tag="f16"),
 ]
+# Every storage format from the same random model (`nemotron synth --preset tiny-q --format F`, every width a
+# multiple of 64, pattern M*EM-E with MTP): the reference dequantizes with its own decoders (nemotron_formats.py)
+# and runs the f32 forward on the dequantized weights; the engine runs the checkpoint as it loads it.
+# dense bf16 is the control. fp8_static: engine `dump --fp8-static-activations` vs the reference's W8A8 parity mode.
+QFMT_SEED = 404
+FORMAT_CASES = [
+    dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="dense", synth_args=[], lens=[7], tag="dense"),
+    dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="modelopt", synth_args=[], lens=[1, 7, 140],
+         tag="modelopt"),
+    dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="mlx4", synth_args=[], lens=[1, 7], tag="mlx4"),
+    dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="mlx8", synth_args=[], lens=[7], tag="mlx8"),
+    dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="modelopt", synth_args=[], lens=[7, 140], tag="modelopt-w8a8",
+         fp8_static=True),
+]
+# Relative RMS error bound of the dequantized weights of each format vs the dense f32 checkpoint of the same seed
+# (formats.md §6.4: NVFP4 ~9.5 %, FP8 ~2.6 %, affine-4 ~9-12 %, affine-8 ~1 %); "bf16"/"f32" = stored unquantized.
+WEIGHT_RMS_BOUNDS = {"nvfp4": 0.12, "fp8": 0.035, "mlx4": 0.12, "mlx8": 0.012, "bf16": 0.004, "f32": 1e-7}
+
 # Checkpoints written by THIS side (tests/oracle/test_reference_selfcheck.py generator + the reference's own
 # safetensors writer), not by `nemotron synth`: exercises the engine's loader on config/tensor-name variants the
 # spec says must be accepted (§7, §8.2 #12) and a finite time_step_limit.
@@ -110,7 +128,7 @@ class Case:
         self.lines.append("  " + msg)
 
 
-def compare_case(case, args, model_dir, model32, prompt, work):
+def compare_case(case, args, model_dir, model32, prompt, work, dump_args=(), fp8_static=None, contrast=None):
     os.makedirs(work, exist_ok=True)
     pe = os.path.join(work, "engine")
     pr = os.path.join(work, "ref")
@@ -118,6 +136,7 @@ def compare_case(case, args, model_dir, model32, prompt, work):
     cmd = [args.nemotron, "dump", "--model", model_dir, "--ids", ids, "--gen", str(args.gen), "--out", pe]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
+    cmd += list(dump_args)
     want_mtp = args.engine_mtp and model32.cfg.n_mtp > 0
     if want_mtp:
         cmd += ["--mtp-dump"]
@@ -153,6 +172,7 @@ def compare_case(case, args, model_dir, model32, prompt, work):
             case.fail("engine dump format: " + p)
         return
     t0 = time.time()
+    model32.fp8_stats = {}
     rpre, rtoks, rdec, rhid = ref.greedy(model32, prompt, args.gen, force_tokens=etoks, return_hidden=True)
     tr = time.time() - t0
     ref.write_dump(pr, prompt, rtoks, V, rpre, rdec)
@@ -193,6 +213,17 @@ def compare_case(case, args, model_dir, model32, prompt, work):
             bad = np.nonzero(errs > args.tol)[0]
             if len(bad):
                 case.fail(f"{len(bad)}/{T} MTP rows exceed {args.tol:g}; first at slot {bad[0]} (rel {errs[bad[0]]:.3e})")
+    if contrast is not None:
+        # the mode under test must matter: the same engine dump vs a reference WITHOUT it differs by >> tol
+        cpre, _, cdec = ref.greedy(contrast, prompt, args.gen, force_tokens=etoks)
+        cerr = max(row_rel_errors(epre, cpre).max(initial=0), row_rel_errors(edec, cdec).max(initial=0))
+        st = model32.fp8_stats
+        nq, nc = sum(v[0] for v in st.values()), sum(v[1] for v in st.values())
+        case.info(f"vs the W8A16 reference: max rel {cerr:.2e} (the mode is visible); {len(st)} FP8 modules, "
+                  f"{nq} activations quantized, {nc} clamped at +-448")
+        if cerr < 100 * args.tol:
+            case.fail(f"engine output with {' '.join(dump_args)} is as close to the W8A16 reference "
+                      f"({cerr:.2e}) as to the W8A8 one: the option seems to have no effect")
     # greedy tokens
     div = next((j for j in range(args.gen) if etoks[j] != rtoks[j]), None)
     if div is None:
@@ -206,16 +237,16 @@ def compare_case(case, args, model_dir, model32, prompt, work):
                   f"ref {rtoks[div]}; engine top2 {ei}:{ev:.6g} {ej}:{ew:.6g} (margin {ev - ew:.3e}); "
                   f"ref top2 {ri}:{rv:.6g} {rj}:{rw:.6g} (margin {rv - rw:.3e})")
     if not case.ok and args.diagnose:
-        diagnose(case, model_dir, prompt, etoks, epre, edec, rpre, rdec, args)
+        diagnose(case, model_dir, prompt, etoks, epre, edec, rpre, rdec, args, fp8_static)
 
 
-def diagnose(case, model_dir, prompt, etoks, epre, edec, rpre, rdec, args):
+def diagnose(case, model_dir, prompt, etoks, epre, edec, rpre, rdec, args, fp8_static=None):
     """On failure: (1) compare both sides with an f64 reference to say which one is off; (2) report router
     near-ties (a flipped expert choice explains a large but legitimate difference); (3) find which deliberately
     wrong reference variant (known pitfalls, spec §8.2) the engine output resembles most."""
     try:
         cfg, tensors = ref.load_checkpoint(model_dir)
-        m64 = ref.NemotronH(cfg, tensors, dtype=torch.float64)
+        m64 = ref.NemotronH(cfg, tensors, dtype=torch.float64, fp8_static=fp8_static)
         m64.route_gaps = []
         p64, _, d64 = ref.greedy(m64, prompt, args.gen, force_tokens=etoks)
 
@@ -237,7 +268,7 @@ def diagnose(case, model_dir, prompt, etoks, epre, edec, rpre, rdec, args):
             scores = []
             for var in sorted(ref.NemotronH.VARIANTS):
                 try:
-                    mv = ref.NemotronH(cfg, tensors, dtype=torch.float32, variants=[var])
+                    mv = ref.NemotronH(cfg, tensors, dtype=torch.float32, variants=[var], fp8_static=fp8_static)
                     vp, _, vd = ref.greedy(mv, prompt, args.gen, force_tokens=etoks)
                     scores.append((err(epre, edec, vp, vd), var))
                 except Exception:  # noqa: BLE001
@@ -253,6 +284,74 @@ def diagnose(case, model_dir, prompt, etoks, epre, edec, rpre, rdec, args):
                               ", ".join(f"{v} {e:.2e}" for e, v in scores[:3]) + f" (spec ref {base:.2e})")
     except Exception as e:  # noqa: BLE001
         case.info(f"diagnosis failed: {e}")
+
+
+def expected_storage(fmt, name):
+    """Which storage the synthetic writer must use for a logical weight in each format (formats.md §2.8, §5.4):
+    ModelOpt = Lightning release (NVFP4 routed + shared experts and lm_head, FP8 Mamba in/out_proj, rest and all
+    mtp.* unquantized); MLX = every Linear (incl. stacked experts, MTP) + embeddings + lm_head quantized, router
+    gate / conv / norms / SSM params float."""
+    if not name.endswith(".weight"):
+        return "float"
+    if fmt == "dense":
+        return "float"
+    if fmt == "modelopt":
+        if name.startswith("mtp."):
+            return "float"
+        if ".experts." in name or ".shared_experts." in name or name == "lm_head.weight":
+            return "nvfp4"
+        if name.endswith("mixer.in_proj.weight") or name.endswith("mixer.out_proj.weight"):
+            return "fp8"
+        return "float"
+    quant = not (name.endswith("gate.weight") or "norm" in name.rsplit(".", 2)[-2] or "conv1d" in name)
+    return fmt if quant else "float"
+
+
+_DENSE_CACHE = {}
+
+
+def weight_check(case, args, root, preset, seed, fmt, tensors, info):
+    """Dequantized weights of a format checkpoint vs the dense f32 checkpoint of the same seed: same names and
+    shapes, the expected storage per tensor, relative RMS error within WEIGHT_RMS_BOUNDS."""
+    key = (preset, seed)
+    if key not in _DENSE_CACHE:
+        d = os.path.join(root, f"{preset}-s{seed}-dense-f32")
+        cmd = [args.nemotron, "synth", "--preset", preset, "--dtype", "f32", "--seed", str(seed), "--out", d]
+        rc, out, _ = run_cmd(cmd, args.timeout)
+        if rc != 0:
+            raise RuntimeError(f"synth exited {rc}: {' '.join(cmd)}\n{out[-2000:]}")
+        _DENSE_CACHE[key] = ref.load_checkpoint(d)[1]
+    dense = _DENSE_CACHE[key]
+    miss, extra = sorted(set(dense) - set(tensors)), sorted(set(tensors) - set(dense))
+    if miss:
+        case.fail(f"{len(miss)} tensors of the dense checkpoint missing after dequantization: {miss[:6]}")
+    if extra:
+        case.fail(f"{len(extra)} unexpected tensors: {extra[:6]}")
+    worst = {}
+    wrong_storage = []
+    for n in sorted(set(dense) & set(tensors)):
+        a, b = tensors[n].double(), dense[n].double()
+        if a.shape != b.shape:
+            case.fail(f"{n}: shape {list(a.shape)} vs dense {list(b.shape)}")
+            continue
+        st = info.get(n, {}).get("format", "?")
+        exp = expected_storage(fmt, n)
+        if (exp == "float") != (st in ("bf16", "f32", "f16")) or (exp != "float" and exp != st):
+            wrong_storage.append(f"{n}: {st} (expected {exp})")
+        r = float(torch.linalg.norm(a - b) / max(float(torch.linalg.norm(b)), 1e-30))
+        if st not in worst or r > worst[st][0]:
+            worst[st] = (r, n)
+        bound = WEIGHT_RMS_BOUNDS.get(st)
+        if bound is None or r > bound:
+            case.fail(f"{n} ({st}): relative RMS error {r:.4f} vs dense f32 exceeds {bound}")
+    if wrong_storage:
+        case.fail(f"{len(wrong_storage)} tensors stored unexpectedly: " + "; ".join(wrong_storage[:6]))
+    counts = {}
+    for n in tensors:
+        st = info.get(n, {}).get("format", "?")
+        counts[st] = counts.get(st, 0) + 1
+    case.info("max relative RMS vs dense f32: " + ", ".join(
+        f"{st} {r:.4f} ({counts.get(st, 0)} tensors, worst {n})" for st, (r, n) in sorted(worst.items())))
 
 
 def prompt_for(seed, length, V):
@@ -276,6 +375,9 @@ def main(argv=None):
     ap.add_argument("--skip-selfcheck", action="store_true")
     ap.add_argument("--no-extra", dest="extra", action="store_false",
                     help="skip the extra bf16-sharded / f16 / 300-token cases")
+    ap.add_argument("--no-formats", dest="formats", action="store_false",
+                    help="skip the storage-format cases (tiny-q dense/modelopt/mlx4/mlx8, weight RMS check)")
+    ap.add_argument("--formats-only", action="store_true", help="run only the storage-format cases")
     ap.add_argument("--no-mtp", dest="mtp", action="store_false", help="do not compare the MTP head")
     ap.add_argument("--no-diagnose", dest="diagnose", action="store_false")
     args = ap.parse_args(argv)
@@ -284,6 +386,16 @@ def main(argv=None):
     t_start = time.time()
 
     if not args.skip_selfcheck:
+        import test_reference_formats as tf
+        n, nf, text = tf.run()
+        if nf == 0:
+            print(f"PASS formats: {n} dequantizer tests (formats.md §7 test vectors, unaligned safetensors, "
+                  f"ModelOpt/MLX name mapping)")
+            passed += 1
+        else:
+            print(f"FAIL formats: {nf}/{n} dequantizer tests failed")
+            print(text)
+            failed += 1
         import test_reference_selfcheck as sc
         n, nf, text = sc.run()
         if nf == 0:
@@ -321,15 +433,18 @@ def main(argv=None):
         else:
             lens = [int(x) for x in (args.lens or ",".join(map(str, DEFAULT_LENS))).split(",")]
             targets = []
-            for item in args.presets.split(","):
+            for item in ([] if args.formats_only else args.presets.split(",")):
                 name, _, rest = item.partition(":")
                 s_, _, dt = rest.partition(":")
                 seed = int(s_) if s_ else dict(DEFAULT_PRESETS).get(name, 1)
                 targets.append(dict(name=name, seed=seed, dtype=dt or "f32", synth_args=[], lens=lens,
                                     tag=dt if dt and dt != "f32" else ""))
-            if args.extra and args.presets == ap.get_default("presets") and args.lens is None:
+            if args.extra and args.presets == ap.get_default("presets") and args.lens is None \
+                    and not args.formats_only:
                 targets += [dict(t) for t in EXTRA_CASES]
                 targets += [dict(t) for t in OWN_CASES]
+            if (args.formats or args.formats_only) and args.lens is None:
+                targets += [dict(t) for t in FORMAT_CASES]
             for t in targets:
                 t["dir"] = os.path.join(root, f"{t['name']}-s{t['seed']}" + (f"-{t['tag']}" if t["tag"] else ""))
 
@@ -345,6 +460,8 @@ def main(argv=None):
             elif seed is not None:
                 cmd = [args.nemotron, "synth", "--preset", name, "--dtype", tgt["dtype"], "--seed", str(seed),
                        "--out", mdir] + tgt["synth_args"]
+                if tgt.get("fmt"):
+                    cmd += ["--format", tgt["fmt"]]
                 try:
                     rc, out, _ = run_cmd(cmd, args.timeout)
                     if rc != 0:
@@ -354,10 +471,26 @@ def main(argv=None):
                     setup_err = f"synth timed out: {' '.join(cmd)}"
             if setup_err is None:
                 try:
-                    cfg, tensors = ref.load_checkpoint(mdir)
-                    model32 = ref.NemotronH(cfg, tensors, dtype=torch.float32)
+                    cfg, tensors, info = ref.load_checkpoint(mdir, return_info=True)
+                    fp8s = ref.fp8_static_from_info(info) if tgt.get("fp8_static") else None
+                    if tgt.get("fp8_static") and not fp8s:
+                        raise ValueError("no FP8 module with an input_scale: nothing for the W8A8 mode to test")
+                    model32 = ref.NemotronH(cfg, tensors, dtype=torch.float32, fp8_static=fp8s)
                 except Exception as e:  # noqa: BLE001
                     setup_err = f"reference cannot load {mdir}: {e}\n" + traceback.format_exc(limit=3)
+            if tgt.get("fmt") and not tgt.get("fp8_static"):
+                wcase = Case(f"{name} {tgt['tag']} seed={seed} weights vs dense f32")
+                if setup_err:
+                    wcase.fail(setup_err.splitlines()[0])
+                else:
+                    try:
+                        weight_check(wcase, args, root, name, seed, tgt["fmt"], tensors, info)
+                    except Exception as e:  # noqa: BLE001
+                        wcase.fail(f"exception: {e}\n" + traceback.format_exc())
+                print(("PASS " if wcase.ok else "FAIL ") + wcase.name)
+                for line in wcase.lines:
+                    print(line)
+                passed, failed = (passed + 1, failed) if wcase.ok else (passed, failed + 1)
             pattern = "".join(model32.cfg.kinds) if model32 else "?"
             for L in tgt["lens"]:
                 label = f"{name}" + (f" {tgt['tag']}" if tgt["tag"] else "") + \
@@ -369,7 +502,10 @@ def main(argv=None):
                     try:
                         prompt = prompt_for(args.seed + (seed or 0), L, model32.cfg.V)
                         compare_case(case, args, mdir, model32, prompt,
-                                     os.path.join(root, os.path.basename(mdir) + f"-len{L}"))
+                                     os.path.join(root, os.path.basename(mdir) + f"-len{L}"),
+                                     dump_args=["--fp8-static-activations"] if tgt.get("fp8_static") else [],
+                                     fp8_static=model32.fp8 if tgt.get("fp8_static") else None,
+                                     contrast=ref.NemotronH(cfg, tensors) if tgt.get("fp8_static") else None)
                     except Exception as e:  # noqa: BLE001
                         case.fail(f"exception: {e}\n" + traceback.format_exc())
                 print(("PASS " if case.ok else "FAIL ") + case.name)

@@ -29,6 +29,9 @@ import sys
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nemotron_formats as _formats  # noqa: E402
+
 # ----------------------------------------------------------------------------------------------------------
 # safetensors / config reading (no safetensors package available)
 # ----------------------------------------------------------------------------------------------------------
@@ -94,26 +97,29 @@ def write_safetensors(path, tensors):
             f.write(b)
 
 
-def load_checkpoint(model_dir):
-    """Read config.json and all safetensors (single file or sharded via model.safetensors.index.json)."""
-    with open(os.path.join(model_dir, "config.json")) as f:
-        cfg = json.load(f)  # python json accepts bare Infinity / NaN
-    idx = os.path.join(model_dir, "model.safetensors.index.json")
-    files = []
-    if os.path.exists(idx):
-        with open(idx) as f:
-            wm = json.load(f)["weight_map"]
-        files = sorted(set(wm.values()))
-    elif os.path.exists(os.path.join(model_dir, "model.safetensors")):
-        files = ["model.safetensors"]
-    else:
-        files = sorted(p for p in os.listdir(model_dir) if p.endswith(".safetensors"))
-    if not files:
-        raise FileNotFoundError(f"no safetensors in {model_dir}")
-    tensors = {}
-    for fn in files:
-        tensors.update(read_safetensors(os.path.join(model_dir, fn)))
+def load_checkpoint(model_dir, return_info=False):
+    """Read config.json and all safetensors (single file or sharded via model.safetensors.index.json) in any
+    supported storage format - dense F32/BF16/F16, ModelOpt NVFP4/FP8 (hf_quant_config.json / config.json
+    quantization_config), MLX affine 4/8-bit (config.json "quantization", stacked switch_mlp experts, conv1d
+    [C,K,1]) - dequantized by the oracle's own decoders (nemotron_formats.py, spec formats.md) to float32 tensors
+    under the HF logical names. return_info=True also returns the per-weight storage info (FP8 raw values and
+    scales for the W8A8 parity mode)."""
+    cfg, arrs, info = _formats.load_logical(model_dir)
+    tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrs.items()}
+    if return_info:
+        return cfg, tensors, info
     return cfg, tensors
+
+
+def fp8_static_from_info(info):
+    """{weight name: (E4M3 values [o,i] torch f32, weight_scale, input_scale)} for every FP8 module with an
+    input_scale - the inputs of the W8A8 static-activation parity mode (formats.md §3.3)."""
+    out = {}
+    for name, ent in info.items():
+        if ent.get("format") == "fp8" and "input_scale" in ent:
+            out[name] = (torch.from_numpy(np.ascontiguousarray(ent["wq"])), float(ent["weight_scale"]),
+                         float(ent["input_scale"]))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -308,9 +314,13 @@ class NemotronH:
         "tied_head": "lm_head replaced by the embedding matrix",
     }
 
-    def __init__(self, cfg_dict, tensors, dtype=torch.float32, variants=()):
+    def __init__(self, cfg_dict, tensors, dtype=torch.float32, variants=(), fp8_static=None):
         self.cfg = Config(cfg_dict)
         self.dtype = dtype
+        # W8A8 static-activation parity mode (formats.md §3.3): {weight name: (E4M3 values, weight_scale,
+        # input_scale)}; None/empty = W8A16 (dequantized weights, f32 activations), the project default.
+        self.fp8 = {k: (wq.to(dtype), ws, xs) for k, (wq, ws, xs) in (fp8_static or {}).items()}
+        self.fp8_stats = {}   # weight name -> [activations quantized, of which clamped at +-448]
         self.v = frozenset(variants)
         self.route_gaps = None   # set to a list to record (layer prefix, min top-k selection margin) per call
         unknown = self.v - set(self.VARIANTS)
@@ -333,6 +343,19 @@ class NemotronH:
                 raise KeyError("lm_head.weight missing (and tie_word_embeddings is false)")
             t["lm_head.weight"] = t["backbone.embeddings.weight"]
         self._check_shapes()
+
+    def lin(self, x, name):
+        """x @ W(name)^T; for FP8 modules in W8A8 parity mode: x_q = E4M3_RNE(clamp(x / input_scale, +-448)),
+        y = ((x_q @ W_q^T) * input_scale) * weight_scale."""
+        if name in self.fp8:
+            wq, ws, xs = self.fp8[name]
+            xd = (x / torch.tensor(xs, dtype=x.dtype)).detach().cpu().numpy()
+            st = self.fp8_stats.setdefault(name, [0, 0])
+            st[0] += xd.size
+            st[1] += int(np.count_nonzero(np.abs(xd) > _formats.E4M3_MAX))
+            xq = torch.from_numpy(_formats.e4m3_encode_rne(xd)).to(x.dtype)
+            return ((xq @ wq.t()) * torch.tensor(xs, dtype=x.dtype)) * torch.tensor(ws, dtype=x.dtype)
+        return x @ self.W(name).t()
 
     def W(self, name):
         try:
@@ -373,7 +396,7 @@ class NemotronH:
         c = self.cfg
         p = f"backbone.layers.{i}.mixer."
         T = hn.shape[0]
-        zxbcdt = hn @ self.W(p + "in_proj.weight").t()
+        zxbcdt = self.lin(hn, p + "in_proj.weight")
         z = zxbcdt[:, :c.DI]
         xBC = zxbcdt[:, c.DI:c.DI + c.CD]
         dt_raw = zxbcdt[:, c.DI + c.CD:c.DI + c.CD + c.NH]
@@ -429,7 +452,7 @@ class NemotronH:
             u = yg.reshape(T, c.DI) * nw * silu(z)
         else:
             u = gated_group_rmsnorm(y, z, nw, c.G, c.eps)
-        return u @ self.W(p + "out_proj.weight").t()
+        return self.lin(u, p + "out_proj.weight")
 
     def attention(self, i, hn, ls, prefix=None):
         c = self.cfg
@@ -680,12 +703,15 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--force-tokens", default=None, help="teacher-forced decode tokens (comma-separated)")
     ap.add_argument("--mtp-dump", action="store_true", help="also write PREFIX.mtp.f32 [T, V]")
+    ap.add_argument("--fp8-static-activations", action="store_true",
+                    help="FP8 layers: W8A8 static activation fake-quant (GPU parity) instead of W8A16")
     a = ap.parse_args(argv)
     torch.set_num_threads(max(1, a.threads))
     if a.gen < 1:
         ap.error("--gen must be >= 1")
-    cfg, tensors = load_checkpoint(a.model)
-    model = NemotronH(cfg, tensors, dtype=torch.float64 if a.dtype == "f64" else torch.float32)
+    cfg, tensors, info = load_checkpoint(a.model, return_info=True)
+    model = NemotronH(cfg, tensors, dtype=torch.float64 if a.dtype == "f64" else torch.float32,
+                      fp8_static=fp8_static_from_info(info) if a.fp8_static_activations else None)
     prompt = _parse_ids(a.ids)
     force = _parse_ids(a.force_tokens) if a.force_tokens else None
     pre, toks, dec, hid = greedy(model, prompt, a.gen, force_tokens=force, return_hidden=True)
