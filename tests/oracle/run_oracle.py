@@ -46,11 +46,15 @@ EXTRA_CASES = [
 # dense bf16 is the control. fp8_static: engine `dump --fp8-static-activations` vs the reference's W8A8 parity mode.
 QFMT_SEED = 404
 FORMAT_CASES = [
-    dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="dense", synth_args=[], lens=[7], tag="dense"),
+    dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="dense", synth_args=[], lens=[7, 140], tag="dense"),
     dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="modelopt", synth_args=[], lens=[1, 7, 140],
          tag="modelopt"),
-    dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="mlx4", synth_args=[], lens=[1, 7], tag="mlx4"),
-    dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="mlx8", synth_args=[], lens=[7], tag="mlx8"),
+    dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="mlx4", synth_args=[], lens=[1, 7, 140], tag="mlx4"),
+    dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="mlx8", synth_args=[], lens=[7, 140], tag="mlx8"),
+    dict(name="tiny-q", seed=QFMT_SEED + 1, dtype="bf16", fmt="mlx4", synth_args=["--mlx-group", "32"], lens=[7],
+         tag="mlx4-g32"),
+    dict(name="tiny-q", seed=QFMT_SEED + 2, dtype="bf16", fmt="mlx8", synth_args=["--mlx-group", "32"], lens=[7],
+         tag="mlx8-g32"),   # (g128 is impossible for tiny-q: moe_intermediate_size 64)
     dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="modelopt", synth_args=[], lens=[7, 140], tag="modelopt-w8a8",
          fp8_static=True),
 ]
