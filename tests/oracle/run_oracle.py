@@ -3,12 +3,18 @@
 
     /usr/bin/python3 tests/oracle/run_oracle.py --nemotron build/nemotron [--keep DIR] [--model DIR]
 
-Default: run the reference self-check suite, then for each preset (tiny-a, tiny-b, tiny-c) write a synthetic
+Default: run the dequantizer unit tests and the reference self-check suite, then for each preset (tiny-a, tiny-b, tiny-c) write a synthetic
 f32 checkpoint with `nemotron synth --preset NAME --dtype f32 --seed S --out DIR`, and for seeded random prompts of
 1, 7 and 140 tokens (140 crosses the 128-row SSD chunk boundary) compare `nemotron dump ... --gen 64` with the
 reference: every prefill/decode logit row must have max|engine-ref| / max|ref| <= 1e-4 and the 64 greedy
 tokens must be identical.  The reference is teacher-forced with the engine's tokens so that every decode row
 compares the same context even after a divergence; its own argmax at each step gives the reference tokens.
+
+Storage formats: `nemotron synth --preset tiny-q --format dense|modelopt|mlx4|mlx8` write the same random model in
+every format; the reference dequantizes them with its own decoders (tools/reference/nemotron_formats.py) and each is
+compared as above (MTP included), plus a weight check (dequantized weights vs the dense f32 checkpoint of the same
+seed: expected storage per tensor and relative RMS error bounds) and a W8A8 case (`dump --fp8-static-activations` vs
+the reference's parity mode). --formats-only runs just those; --no-formats skips them.
 
 --model DIR runs against an existing checkpoint instead of the presets (prompt lengths from --lens, default 7).
 --keep DIR keeps checkpoints and both dumps (DIR/<case>/{engine,ref}.{json,f32}).

@@ -394,7 +394,21 @@ class Readers(unittest.TestCase):
         self.assertEqual(out["backbone.layers.0.mixer.conv1d.weight"].shape, (16, 1, 4))
         self.assertTrue(np.array_equal(out["backbone.layers.1.mixer.gate.weight"], gate))
         self.assertNotIn("backbone.layers.1.mixer.k_proj.k_scale", out)
+        # the same information only in config.json quantization_config (converted form, §4.3) also works
+        with open(os.path.join(d, "hf_quant_config.json")) as f:
+            q = json.load(f)["quantization"]
+        os.remove(os.path.join(d, "hf_quant_config.json"))
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump({"model_type": "nemotron_h", "quantization_config": {
+                "quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": ql,
+                "ignore": q["exclude_modules"]}}, f)
+        cfg2, out2, info2 = fm.load_logical(d)
+        self.assertEqual(sorted(out2), sorted(out))
+        for k in out:
+            self.assertTrue(np.array_equal(out2[k], out[k]), k)
         # a quantized module missing from the config is an error, not a guess
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump({"model_type": "nemotron_h"}, f)
         with open(os.path.join(d, "hf_quant_config.json"), "w") as f:
             ql.pop("backbone.layers.0.mixer.in_proj")
             json.dump({"quantization": {"quant_algo": "MIXED_PRECISION", "quantized_layers": ql}}, f)
@@ -437,12 +451,33 @@ class Readers(unittest.TestCase):
         self.assertEqual(out[p + "gate.weight"].dtype, np.float32)
 
 
+class Fp8StaticMode(unittest.TestCase):
+    def test_w8a8_linear_tv(self):
+        """§7.5 numbers through the reference's W8A8 linear: x_q = E4M3(clamp(x/s)), y = (x_q.W_q) * s * ws."""
+        import torch
+        import nemotron_ref as ref
+        wq = fm.e4m3_decode(hexbytes("38 C4 26 7E 01"))[None]          # [1, 5]
+        ws = float(f32_from_bits([0x3C4CCCCD])[0])
+        xs = float(f32_from_bits([0x3D4CCCCD])[0])
+        m = object.__new__(ref.NemotronH)
+        m.fp8 = {"l.weight": (torch.from_numpy(wq), ws, xs)}
+        m.fp8_stats = {}
+        m.t = {"l.weight": torch.from_numpy(wq * np.float32(ws))}
+        x = torch.tensor([[1.0, -3.3, 22.4, 30.0, 0.0001]], dtype=torch.float32)
+        y = float(m.lin(x, "l.weight")[0, 0])
+        xd = np.array([1.0, -3.2, 22.4, 22.4, 9.765625e-5])
+        self.assertAlmostEqual(y, float(xd @ (wq[0].astype(np.float64) * ws)), delta=1e-6 * abs(y))
+        self.assertEqual(m.fp8_stats["l.weight"], [5, 1])               # 30/0.05 = 600 was clamped
+        y16 = float((x @ m.t["l.weight"].t())[0, 0])                     # W8A16: activations untouched
+        self.assertGreater(abs(y - y16), 1e-3 * abs(y16))
+
+
 def run(verbosity=1):
     """Run the suite; returns (n_run, n_failed_or_errored, text report)."""
     import io
     buf = io.StringIO()
     loader = unittest.defaultTestLoader
-    suite = unittest.TestSuite([loader.loadTestsFromTestCase(FormatVectors), loader.loadTestsFromTestCase(Readers)])
+    suite = unittest.TestSuite([loader.loadTestsFromTestCase(c) for c in (FormatVectors, Readers, Fp8StaticMode)])
     res = unittest.TextTestRunner(stream=buf, verbosity=verbosity).run(suite)
     return res.testsRun, len(res.failures) + len(res.errors), buf.getvalue()
 
