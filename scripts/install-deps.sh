@@ -9,8 +9,8 @@ PKGS=(
   nlohmann-json3-dev libfmt-dev libcli11-dev libpcre2-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-torch python3-jinja2
-  nodejs npm
 )
+# nodejs/npm (test-only) are checked by command, not package, in install-text-deps.sh.
 
 missing=()
 for p in "${PKGS[@]}"; do

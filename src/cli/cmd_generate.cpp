@@ -25,20 +25,6 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Byte-level fallback until a tokenizer.json is present: one token per byte.
-std::vector<int32_t> bytes_to_ids(const std::string& text, int64_t vocab) {
-  if (vocab < 256) fail("the model's vocabulary ({}) is too small for the byte-level fallback", vocab);
-  std::vector<int32_t> ids;
-  for (unsigned char ch : text) ids.push_back(int32_t(ch));
-  return ids;
-}
-
-void write_token_fallback(int32_t id) {
-  if (id < 256) std::fputc(id, stdout);
-  else std::printf("<%d>", id);
-  std::fflush(stdout);
-}
-
 ThreadConfig threads_of(int n) { return ThreadConfig{n > 0 ? n : default_thread_count()}; }
 
 }  // namespace
@@ -49,6 +35,7 @@ std::vector<Command> make_generate_commands() {
   // ---- run -------------------------------------------------------------------------------------
   struct RunOpts {
     std::string model, prompt, ids;
+    std::vector<std::string> stop;
     int64_t n = 64;
     float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
     int top_k = 0, threads = 0;
@@ -62,7 +49,8 @@ std::vector<Command> make_generate_commands() {
     auto* s = app.add_subcommand("run", "Generate from a prompt (text or token ids), streaming to stdout");
     s->add_option("-m,--model", ro->model, "Model directory (default: the embedded tiny model)");
     s->add_option("-p,--prompt", ro->prompt, "Prompt text");
-    s->add_option("--ids", ro->ids, "Prompt as comma-separated token ids");
+    s->add_option("--ids", ro->ids, "Prompt as comma-separated token ids (output: ids)");
+    s->add_option("--stop", ro->stop, "Stop string (repeatable); nothing after it is printed");
     s->add_option("-n,--max-tokens", ro->n, "Tokens to generate")->capture_default_str();
     s->add_option("--temp", ro->temp, "Temperature (0 = greedy)")->capture_default_str();
     s->add_option("--top-k", ro->top_k, "Top-k (0 = off)");
@@ -84,9 +72,10 @@ std::vector<Command> make_generate_commands() {
   v[0].run = [ro]() {
     auto dir = resolve_model_dir(ro->model);
     auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = ro->fp8_static});
+    TextSession text(dir->path, m->config().vocab_size, ro->stop);
     engine::GenerateRequest req;
     if (!ro->ids.empty()) req.prompt = parse_ids(ro->ids);
-    else req.prompt = bytes_to_ids(ro->prompt.empty() ? std::string("Hello") : ro->prompt, m->config().vocab_size);
+    else req.prompt = text.encode(ro->prompt.empty() ? std::string("Hello") : ro->prompt);
     req.max_tokens = ro->n;
     req.sampling = {ro->temp, ro->top_k, ro->top_p, ro->min_p, ro->seed};
     if (!ro->ignore_eos)
@@ -97,11 +86,13 @@ std::vector<Command> make_generate_commands() {
       if (as_ids) {
         std::printf("%d ", tok);
         std::fflush(stdout);
-      } else {
-        write_token_fallback(tok);
+        return true;
       }
-      return true;
+      std::fputs(text.push(tok).c_str(), stdout);
+      std::fflush(stdout);
+      return !text.stopped();
     });
+    if (!as_ids) std::fputs(text.finish().c_str(), stdout);
     std::printf("\n");
     if (ro->stats)
       std::fprintf(stderr, "prompt %lld tok in %.3f s (%.1f tok/s); generated %lld tok in %.3f s (%.2f tok/s)\n",

@@ -31,4 +31,23 @@ struct ModelDir {
 };
 std::unique_ptr<ModelDir> resolve_model_dir(const std::string& model);
 
+// Text in and out for a model directory: its tokenizer.json when present, else a byte-level
+// fallback (one token per byte; output kept valid UTF-8). Streams with stop strings.
+class TextSession {
+ public:
+  TextSession(const std::string& model_dir, int64_t vocab, std::vector<std::string> stop = {});
+  ~TextSession();
+  bool has_tokenizer() const;
+  std::vector<int32_t> encode(const std::string& text) const;  // raw text, special tokens parsed
+  std::string push(int32_t token);  // text that became final
+  std::string finish();             // flush at the end of a stream; resets for the next one
+  bool stopped() const;
+  std::vector<int32_t> stop_token_ids() const;  // the tokenizer's EOS (chat end-of-turn), if any
+  const void* tokenizer() const;                // nemo::text::Tokenizer*, or null
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace nemo::cli

@@ -13,10 +13,12 @@ std::vector<Command> make_synth_command();
 std::vector<Command> make_generate_commands();
 std::vector<Command> make_bench_command();
 std::vector<Command> make_inspect_command();
+std::vector<Command> make_chat_command();
 
 std::vector<Command> all_commands() {
   std::vector<Command> v;
-  for (auto* mk : {&make_synth_command, &make_generate_commands, &make_bench_command, &make_inspect_command})
+  for (auto* mk : {&make_synth_command, &make_generate_commands, &make_bench_command, &make_inspect_command,
+                    &make_chat_command})
     for (auto& c : (*mk)()) v.push_back(std::move(c));
   return v;
 }

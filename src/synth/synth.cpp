@@ -13,6 +13,7 @@
 #include "base/numeric.h"
 #include "base/threads.h"
 #include "kernels/quantize.h"
+#include "text/bpe_trainer.h"
 
 namespace nemo::synth {
 
@@ -635,6 +636,16 @@ void write_checkpoint(const io::ModelConfig& c, const std::string& dir, const Sy
     cfg["quantization_config"] = q;
   }
   write_text(fs::path(dir) / "config.json", dump_json_hf(cfg));
+  if (opt.tokenizer) {
+    // A real byte-level BPE tokenizer with the model's vocabulary size (Nemotron's special-token
+    // ids: <s> 1, </s> 2, <|im_start|> 10, <|im_end|> 11), and the Lightning chat template.
+    const std::string tj = text::train_byte_level_bpe(training_corpus(), int(c.vocab_size), text::nemotron_special_tokens());
+    write_text(fs::path(dir) / "tokenizer.json", tj);
+    text::TokenizerConfigOptions to;
+    to.chat_template = std::string(text::nemotron_lightning_chat_template());
+    write_text(fs::path(dir) / "tokenizer_config.json", text::make_tokenizer_config(tj, to));
+    write_text(fs::path(dir) / "chat_template.jinja", std::string(text::nemotron_lightning_chat_template()));
+  }
   json gen = {{"_from_model_config", true}, {"bos_token_id", c.bos_token_id.value_or(1)}};
   if (c.eos_token_ids.size() == 1) gen["eos_token_id"] = c.eos_token_ids[0];
   else gen["eos_token_id"] = c.eos_token_ids;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "io/model_config.h"
@@ -37,6 +38,7 @@ struct SynthOptions {
   bool mtp = true;                    // write mtp.* when the config has num_nextn_predict_layers
   uint64_t shard_bytes = 4ull << 30;  // split into model-0000i-of-0000n shards above this
   int threads = 1;
+  bool tokenizer = true;  // also write a trained byte-level BPE tokenizer + the Lightning chat template
   std::function<void(const std::string&, uint64_t done, uint64_t total)> progress;  // optional
 };
 
@@ -52,7 +54,11 @@ std::vector<SynthTensor> checkpoint_layout(const io::ModelConfig& c, const Synth
 // The f32 values of a logical tensor: a function of (seed, name, shape) only.
 std::vector<float> logical_values(const SynthTensor& t, uint64_t seed, int threads = 1);
 
-// Writes config.json, generation_config.json and safetensors (sharded with an index when large).
+// The built-in text the synthetic tokenizer is trained on.
+std::string_view training_corpus();
+
+// Writes config.json, generation_config.json and safetensors (sharded with an index when large),
+// and (opt.tokenizer) tokenizer.json, tokenizer_config.json and chat_template.jinja.
 // Each tensor's values depend only on (seed, tensor name), not on the layer count or order.
 void write_checkpoint(const io::ModelConfig& c, const std::string& dir, const SynthOptions& opt);
 

@@ -47,6 +47,16 @@ with tempfile.TemporaryDirectory() as d:
                  "--spec-stats"])
         check(f"spec {spec} lossless", r.returncode == 0 and r.stdout == base and "verify calls" in r.stderr,
               f"{r.stdout!r} vs {base!r} / {r.stderr}")
+    # Text in and out: synthetic models ship a trained tokenizer.json and the Lightning template.
+    check("synth writes tokenizer", all(os.path.exists(os.path.join(m, f)) for f in
+                                        ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")))
+    r = run(["run", "-m", m, "--prompt", "The capital of France is", "-n", "16"])
+    check("run text prompt", r.returncode == 0 and len(r.stdout) > 1, r.stderr)
+    r = run(["chat", "-m", m, "--message", "What is 12 times 12?", "-n", "16", "--stats"])
+    check("chat one message", r.returncode == 0 and "generated" in r.stderr, r.stderr)
+    r = subprocess.run([BIN, "chat", "-m", m, "-n", "8"], input="hello\n/reset\nsecond turn\n/exit\n",
+                       capture_output=True, text=True, errors="replace", timeout=300)
+    check("chat loop", r.returncode == 0 and r.stdout.count("\n") >= 2, r.stderr)
     b = os.path.join(d, "b")
     run(["synth", "--preset", "tiny-b", "--out", b, "--quiet"])
     bench = run(["bench", "-m", m, "--prompt-tokens", "8", "--gen", "4", "--json", "--spec", "oracle",
@@ -65,6 +75,10 @@ with tempfile.TemporaryDirectory() as d:
     expect_error("mtp without mtp", ["run", "-m", b, "--spec", "mtp", "--ids", "1"], "needs a checkpoint with an MTP")
     expect_error("gamma range", ["run", "-m", m, "--spec", "ngram", "--draft-max", "16", "--ids", "1"], "outside [1, 15]")
     expect_error("unknown spec", ["run", "-m", m, "--spec", "eagle", "--ids", "1"], "--spec 'eagle'")
+    nt = os.path.join(d, "nt")
+    run(["synth", "--preset", "tiny-a", "--out", nt, "--quiet"])
+    os.remove(os.path.join(nt, "tokenizer.json"))
+    expect_error("chat without tokenizer", ["chat", "-m", nt, "--message", "hi"], "chat needs tokenizer.json")
     expect_error("unknown preset", ["synth", "--preset", "x", "--out", os.path.join(d, "x")], "unknown preset")
     # A truncated shard names the file.
     bad = os.path.join(d, "bad")

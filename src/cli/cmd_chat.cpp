@@ -1,0 +1,146 @@
+// nemotron chat: multi-turn chat with the model directory's tokenizer and chat template.
+// Reasoning (<think>…</think>) and tool calls are parsed out of the stream as it is generated.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "base/threads.h"
+#include "cli/commands.h"
+#include "engine/generator.h"
+#include "model/nemotron_h.h"
+#include "text/chat_template.h"
+#include "text/detokenizer.h"
+#include "text/output_parser.h"
+#include "text/tokenizer.h"
+
+namespace nemo::cli {
+
+std::vector<Command> make_chat_command() {
+  struct Opts {
+    std::string model, system, message, spec = "auto";
+    int64_t n = 512;
+    float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
+    int top_k = 0, threads = 0, draft_max = 3;
+    uint64_t seed = 0;
+    bool no_think = false, show_reasoning = false, stats = false;
+  };
+  auto o = std::make_shared<Opts>();
+  std::vector<Command> v(1);
+  v[0].attach_fn = [o, sub = v[0].sub](CLI::App& app) {
+    auto* s = app.add_subcommand("chat", "Chat with the model (its tokenizer.json and chat template)");
+    s->add_option("-m,--model", o->model, "Model directory (default: the embedded tiny model)");
+    s->add_option("--system", o->system, "System prompt");
+    s->add_option("--message", o->message, "Send one message, print the reply and exit (no prompt loop)");
+    s->add_flag("--no-think", o->no_think, "enable_thinking = false in the chat template");
+    s->add_flag("--show-reasoning", o->show_reasoning, "Print the reasoning (<think>) text too");
+    s->add_option("-n,--max-tokens", o->n, "Max tokens per reply")->capture_default_str();
+    s->add_option("--temp", o->temp, "Temperature (0 = greedy)")->capture_default_str();
+    s->add_option("--top-k", o->top_k, "Top-k (0 = off)");
+    s->add_option("--top-p", o->top_p, "Top-p (1 = off)");
+    s->add_option("--min-p", o->min_p, "Min-p (0 = off)");
+    s->add_option("--seed", o->seed, "Sampling seed");
+    s->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
+    s->add_option("--spec", o->spec, "Speculative decoding: auto | mtp | ngram | none")->capture_default_str();
+    s->add_option("--draft-max", o->draft_max, "Draft tokens per verify call (1..15)")->capture_default_str();
+    s->add_flag("--stats", o->stats, "Print speed and speculation figures after each reply");
+    *sub = s;
+  };
+  v[0].run = [o]() {
+    auto dir = resolve_model_dir(o->model);
+    auto m = model::NemotronH::load(dir->path);
+    if (!std::filesystem::exists(std::filesystem::path(dir->path) / "tokenizer.json"))
+      fail("{}: chat needs tokenizer.json (use `run --ids` for token-level generation)", dir->path);
+    const text::Tokenizer tok = text::Tokenizer::from_dir(dir->path);
+    const auto src = text::load_chat_template(dir->path);
+    if (!src) fail("{}: no chat template (chat_template.jinja or tokenizer_config.json chat_template)", dir->path);
+    const text::ChatTemplate tmpl(*src, (std::filesystem::path(dir->path) / "chat_template.jinja").string());
+    engine::Generator gen(*m, ThreadConfig{o->threads > 0 ? o->threads : default_thread_count()},
+                         engine::parse_spec_mode(o->spec), o->draft_max);
+    std::vector<int32_t> stops;
+    for (auto e : m->config().eos_token_ids) stops.push_back(int32_t(e));
+    if (tok.eos_id()) stops.push_back(*tok.eos_id());
+
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (!o->system.empty()) messages.push_back({{"role", "system"}, {"content", o->system}});
+    const bool interactive = o->message.empty() && isatty(fileno(stdin));
+    auto turn = [&](const std::string& user) {
+      messages.push_back({{"role", "user"}, {"content", user}});
+      text::ChatOptions co;
+      co.enable_thinking = !o->no_think;
+      const std::string prompt = tmpl.apply(messages, co);
+      engine::GenerateRequest req;
+      req.prompt = tok.encode(prompt, {.add_special_tokens = false});
+      req.max_tokens = o->n;
+      req.sampling = {o->temp, o->top_k, o->top_p, o->min_p, o->seed};
+      req.stop_tokens = stops;
+      text::StreamDecoder sd(tok, {}, /*skip_special_tokens=*/true);
+      text::OutputParserOptions po;
+      po.start_in_reasoning = prompt.ends_with("<think>\n") || prompt.ends_with("<think>");
+      text::OutputParser parser(po);
+      std::string content, reasoning;
+      bool in_reasoning_shown = false;
+      auto show = [&](const text::OutputDelta& d) {
+        reasoning += d.reasoning;
+        content += d.content;
+        if (o->show_reasoning && !d.reasoning.empty()) {
+          if (!in_reasoning_shown) std::fputs("[reasoning] ", stdout);
+          in_reasoning_shown = true;
+          std::fputs(d.reasoning.c_str(), stdout);
+        }
+        if (!d.content.empty()) {
+          if (in_reasoning_shown) {
+            std::fputs("\n[answer] ", stdout);
+            in_reasoning_shown = false;
+          }
+          std::fputs(d.content.c_str(), stdout);
+        }
+        for (const auto& tc : d.tool_calls) std::printf("\n[tool call] %s\n", tc.name.c_str());
+        std::fflush(stdout);
+      };
+      auto stats = gen.generate(req, [&](int32_t t) {
+        if (std::find(stops.begin(), stops.end(), t) != stops.end()) return true;
+        show(parser.push(sd.push(t)));
+        return true;
+      });
+      show(parser.push(sd.finish()));
+      show(parser.finish());
+      std::printf("\n");
+      nlohmann::ordered_json reply = {{"role", "assistant"}, {"content", content}};
+      if (!reasoning.empty()) reply["reasoning_content"] = reasoning;
+      messages.push_back(reply);
+      if (o->stats)
+        std::fprintf(stderr, "[%lld prompt tokens, %lld generated, %.2f tok/s; %s]\n",
+                     (long long)stats.prompt_tokens, (long long)stats.generated_tokens,
+                     stats.decode_seconds > 0 ? double(stats.generated_tokens - 1) / stats.decode_seconds : 0.0,
+                     engine::spec_mode_name(gen.mode()));
+    };
+    if (!o->message.empty()) {
+      turn(o->message);
+      return 0;
+    }
+    std::string line;
+    while (true) {
+      if (interactive) {
+        std::printf("> ");
+        std::fflush(stdout);
+      }
+      if (!std::getline(std::cin, line)) break;
+      if (line == "/exit" || line == "/quit") break;
+      if (line == "/reset") {
+        messages = nlohmann::ordered_json::array();
+        if (!o->system.empty()) messages.push_back({{"role", "system"}, {"content", o->system}});
+        continue;
+      }
+      if (line.empty()) continue;
+      turn(line);
+    }
+    return 0;
+  };
+  return v;
+}
+
+}  // namespace nemo::cli
