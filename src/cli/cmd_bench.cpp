@@ -67,7 +67,7 @@ std::vector<int> parse_list(const std::string& s) {
 
 std::vector<Command> make_bench_command() {
   struct BenchOpts {
-    std::string model, spec = "none", gammas = "1,2,3,4,5,6,7";
+    std::string model, spec = "none", gammas = "1,2,3,4,5,6,7", kv_cache = "f32";
     int64_t prompt = 128, gen = 32;
     int threads = 0, reps = 1;
     bool json = false, membw = false, verify_curve = false;
@@ -82,6 +82,7 @@ std::vector<Command> make_bench_command() {
     s->add_option("-t,--threads", bo->threads, "Threads (default: all cores)");
     s->add_option("--reps", bo->reps, "Repetitions (best is reported)")->capture_default_str();
     s->add_flag("--json", bo->json, "Machine-readable output");
+    s->add_option("--kv-cache", bo->kv_cache, "KV-cache storage: f32 | bf16 | fp8")->capture_default_str();
     s->add_flag("--membw", bo->membw, "Also measure memory read bandwidth (roofline)");
     s->add_option("--spec", bo->spec,
                   "Also run speculative decoding with: none | ngram | mtp | oracle | wrong | all (comma list)")
@@ -94,7 +95,7 @@ std::vector<Command> make_bench_command() {
   v[0].run = [bo]() {
     auto dir = resolve_model_dir(bo->model);
     const double tl = now_s();
-    auto m = model::NemotronH::load(dir->path);
+    auto m = model::NemotronH::load(dir->path, {.kv_dtype = model::parse_kv_dtype(bo->kv_cache)});
     const double load_s = now_s() - tl;
     const auto& cfg = m->config();
     const ThreadConfig tc{bo->threads > 0 ? bo->threads : default_thread_count()};

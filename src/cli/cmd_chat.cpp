@@ -21,7 +21,7 @@ namespace nemo::cli {
 
 std::vector<Command> make_chat_command() {
   struct Opts {
-    std::string model, system, message, spec = "auto";
+    std::string model, system, message, spec = "auto", kv_cache = "f32";
     int64_t n = 512;
     float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
     int top_k = 0, threads = 0, draft_max = 3;
@@ -46,12 +46,13 @@ std::vector<Command> make_chat_command() {
     s->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
     s->add_option("--spec", o->spec, "Speculative decoding: auto | mtp | ngram | none")->capture_default_str();
     s->add_option("--draft-max", o->draft_max, "Draft tokens per verify call (1..15)")->capture_default_str();
+    s->add_option("--kv-cache", o->kv_cache, "KV-cache storage: f32 | bf16 | fp8")->capture_default_str();
     s->add_flag("--stats", o->stats, "Print speed and speculation figures after each reply");
     *sub = s;
   };
   v[0].run = [o]() {
     auto dir = resolve_model_dir(o->model);
-    auto m = model::NemotronH::load(dir->path);
+    auto m = model::NemotronH::load(dir->path, {.kv_dtype = model::parse_kv_dtype(o->kv_cache)});
     if (!std::filesystem::exists(std::filesystem::path(dir->path) / "tokenizer.json"))
       fail("{}: chat needs tokenizer.json (use `run --ids` for token-level generation)", dir->path);
     const text::Tokenizer tok = text::Tokenizer::from_dir(dir->path);

@@ -41,6 +41,7 @@ std::vector<Command> make_generate_commands() {
     int top_k = 0, threads = 0;
     uint64_t seed = 0;
     bool stats = false, ignore_eos = false, spec_stats = false, fp8_static = false;
+    std::string kv_cache = "f32";
     std::string spec = "auto";
     int draft_max = 3;
   };
@@ -64,6 +65,8 @@ std::vector<Command> make_generate_commands() {
         ->capture_default_str();
     s->add_option("--draft-max", ro->draft_max, "Draft tokens per verify call (gamma, 1..15)")->capture_default_str();
     s->add_flag("--spec-stats", ro->spec_stats, "Print speculative-decoding telemetry to stderr");
+    s->add_option("--kv-cache", ro->kv_cache, "KV-cache storage: f32 | bf16 | fp8 (checkpoint k/v scales)")
+        ->capture_default_str();
     s->add_flag("--fp8-static-activations", ro->fp8_static,
                 "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
     s->get_option("--prompt")->excludes("--ids");
@@ -71,7 +74,8 @@ std::vector<Command> make_generate_commands() {
   };
   v[0].run = [ro]() {
     auto dir = resolve_model_dir(ro->model);
-    auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = ro->fp8_static});
+    auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = ro->fp8_static,
+                                                .kv_dtype = model::parse_kv_dtype(ro->kv_cache)});
     TextSession text(dir->path, m->config().vocab_size, ro->stop);
     engine::GenerateRequest req;
     if (!ro->ids.empty()) req.prompt = parse_ids(ro->ids);
@@ -112,6 +116,7 @@ std::vector<Command> make_generate_commands() {
     int64_t gen = 64;
     int threads = 0;
     bool mtp = false, fp8_static = false;
+    std::string kv_cache = "f32";
   };
   auto dopt = std::make_shared<DumpOpts>();
   v[1].attach_fn = [dopt, sub = v[1].sub](CLI::App& app) {
@@ -123,12 +128,14 @@ std::vector<Command> make_generate_commands() {
     s->add_option("-t,--threads", dopt->threads, "Threads");
     s->add_flag("--mtp-dump", dopt->mtp,
                 "Also write PREFIX.mtp.f32: MTP logits per prompt slot i for (h_i, t_{i+1}), last slot with g0");
+    s->add_option("--kv-cache", dopt->kv_cache, "KV-cache storage: f32 | bf16 | fp8")->capture_default_str();
     s->add_flag("--fp8-static-activations", dopt->fp8_static,
                 "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
     *sub = s;
   };
   v[1].run = [dopt]() {
-    auto m = model::NemotronH::load(dopt->model, {.fp8_static_activations = dopt->fp8_static});
+    auto m = model::NemotronH::load(dopt->model, {.fp8_static_activations = dopt->fp8_static,
+                                                  .kv_dtype = model::parse_kv_dtype(dopt->kv_cache)});
     const auto prompt = parse_ids(dopt->ids);
     if (prompt.empty()) fail("--ids: empty prompt");
     const int64_t V = m->config().vocab_size;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/ops.h"
 
 namespace nemo::model {
@@ -15,6 +16,10 @@ AttentionWeights AttentionWeights::bind(const WeightBinder& b, const std::string
   w.k_proj = b.linear(p + ".k_proj", HKV * HD, H);
   w.v_proj = b.linear(p + ".v_proj", HKV * HD, H);
   w.o_proj = b.linear(p + ".o_proj", H, HQ * HD);
+  w.k_scale = b.scalar_or(p + ".k_proj.k_scale", 1.0f);
+  w.v_scale = b.scalar_or(p + ".v_proj.v_scale", 1.0f);
+  if (!(w.k_scale > 0.0f) || !(w.v_scale > 0.0f))
+    fail("{}: k_scale/v_scale must be positive (got {}, {})", p, w.k_scale, w.v_scale);
   return w;
 }
 
@@ -22,23 +27,34 @@ void attention_forward(const AttentionWeights& w, const io::ModelConfig& c, cons
                        int64_t n_past, float* out, KvCache& kv, const ThreadConfig& tc) {
   const int64_t H = c.hidden_size, HQ = c.num_attention_heads, HKV = c.num_key_value_heads, HD = c.head_dim;
   const int64_t KVW = HKV * HD, QW = HQ * HD, rep = HQ / HKV;
-  Buffer<float> q(size_t(T * QW)), ctx(size_t(T * QW));
+  Buffer<float> q(size_t(T * QW)), ctx(size_t(T * QW)), kn(size_t(T * KVW)), vn(size_t(T * KVW));
   kernels::linear(w.q_proj, hn, T, H, q.data(), QW, tc);
-  kernels::linear(w.k_proj, hn, T, H, kv.k.data() + n_past * KVW, KVW, tc);
-  kernels::linear(w.v_proj, hn, T, H, kv.v.data() + n_past * KVW, KVW, tc);
+  kernels::linear(w.k_proj, hn, T, H, kn.data(), KVW, tc);
+  kernels::linear(w.v_proj, hn, T, H, vn.data(), KVW, tc);
+  for (int64_t t = 0; t < T; ++t) {
+    kv.store(true, n_past + t, KVW, kn.data() + t * KVW, w.k_scale);
+    kv.store(false, n_past + t, KVW, vn.data() + t * KVW, w.v_scale);
+  }
+  const bool f32 = kv.dtype == KvDtype::F32;
 
   const float scale = 1.0f / std::sqrt(float(HD));
   // One (row, q-head) pair per work item: scores over keys 0..pos in ascending order, softmax in
   // f32, weighted sum of V in ascending key order — the same arithmetic whatever T is.
   parallel_for(tc, T * HQ, std::max<int64_t>(1, 65536 / ((n_past + T) * HD)), [&](int64_t a, int64_t b) {
-    std::vector<float> s;
+    std::vector<float> s, row(f32 ? 0 : size_t(KVW));
+    // Key/value row tau, head j, as f32 (read in place for an f32 cache).
+    auto kv_row = [&](bool key, int64_t tau) -> const float* {
+      if (f32) return kv.f32_row(key, tau, KVW);
+      kv.load(key, tau, KVW, row.data(), key ? w.k_scale : w.v_scale);
+      return row.data();
+    };
     for (int64_t it = a; it < b; ++it) {
       const int64_t t = it / HQ, i = it % HQ, j = i / rep, pos = n_past + t;
       const float* qi = q.data() + t * QW + i * HD;
       s.resize(size_t(pos + 1));
       float mx = -INFINITY;
       for (int64_t tau = 0; tau <= pos; ++tau) {
-        s[tau] = kernels::dot(qi, kv.k.data() + tau * KVW + j * HD, HD) * scale;
+        s[tau] = kernels::dot(qi, kv_row(true, tau) + j * HD, HD) * scale;
         mx = std::max(mx, s[tau]);
       }
       float sum = 0.0f;
@@ -49,7 +65,7 @@ void attention_forward(const AttentionWeights& w, const io::ModelConfig& c, cons
       const float inv = 1.0f / sum;
       float* o = ctx.data() + t * QW + i * HD;
       std::fill(o, o + HD, 0.0f);
-      for (int64_t tau = 0; tau <= pos; ++tau) kernels::axpy(s[tau] * inv, kv.v.data() + tau * KVW + j * HD, o, HD);
+      for (int64_t tau = 0; tau <= pos; ++tau) kernels::axpy(s[tau] * inv, kv_row(false, tau) + j * HD, o, HD);
     }
   });
   kernels::linear(w.o_proj, ctx.data(), T, QW, out, H, tc);

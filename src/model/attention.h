@@ -9,6 +9,7 @@ namespace nemo::model {
 
 struct AttentionWeights {
   Linear q_proj, k_proj, v_proj, o_proj;
+  float k_scale = 1.0f, v_scale = 1.0f;  // FP8 KV-cache scales (k_proj.k_scale / v_proj.v_scale)
   static AttentionWeights bind(const WeightBinder& b, const std::string& prefix, const io::ModelConfig& c);
 };
 

@@ -55,6 +55,7 @@ std::unique_ptr<MtpHead> MtpHead::load(const NemotronH& t) {
 MtpState MtpHead::new_state() const {
   MtpState s;
   s.kv.resize(size_t(n_attn_));
+  for (auto& kv : s.kv) kv.dtype = target_.load_options().kv_dtype;
   return s;
 }
 

@@ -45,7 +45,7 @@ class NemotronH {
   const io::TensorStore& store() const { return store_; }
   const io::QuantConfig& quant() const { return qc_; }
   const LoadOptions& load_options() const { return opt_; }
-  SequenceState new_state() const { return SequenceState(cfg_); }
+  SequenceState new_state() const { return SequenceState(cfg_, opt_.kv_dtype); }
 
   // Runs `tokens` after the state's current rows and advances the state.
   ForwardResult forward(SequenceState& st, std::span<const int32_t> tokens, const ForwardOptions& opt,

@@ -3,9 +3,57 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/error.h"
+#include "base/numeric.h"
+#include "kernels/fp8.h"
+
 namespace nemo::model {
 
-SequenceState::SequenceState(const io::ModelConfig& c) {
+KvDtype parse_kv_dtype(const std::string& s) {
+  if (s == "f32") return KvDtype::F32;
+  if (s == "bf16") return KvDtype::BF16;
+  if (s == "fp8" || s == "fp8_e4m3") return KvDtype::FP8;
+  fail("--kv-cache '{}': expected f32, bf16 or fp8", s);
+}
+const char* kv_dtype_name(KvDtype d) { return d == KvDtype::F32 ? "f32" : d == KvDtype::BF16 ? "bf16" : "fp8"; }
+int kv_dtype_bytes(KvDtype d) { return d == KvDtype::F32 ? 4 : d == KvDtype::BF16 ? 2 : 1; }
+
+void KvCache::store(bool key, int64_t r, int64_t n, const float* src, float scale) {
+  uint8_t* base = (key ? k : v).data();
+  switch (dtype) {
+    case KvDtype::F32: std::memcpy(base + r * n * 4, src, size_t(n) * 4); break;
+    case KvDtype::BF16: {
+      uint16_t* d = reinterpret_cast<uint16_t*>(base) + r * n;
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+      break;
+    }
+    case KvDtype::FP8: {
+      uint8_t* d = base + r * n;
+      for (int64_t i = 0; i < n; ++i) d[i] = kernels::f32_to_e4m3(src[i] / scale);
+      break;
+    }
+  }
+}
+
+void KvCache::load(bool key, int64_t r, int64_t n, float* dst, float scale) const {
+  const uint8_t* base = (key ? k : v).data();
+  switch (dtype) {
+    case KvDtype::F32: std::memcpy(dst, base + r * n * 4, size_t(n) * 4); break;
+    case KvDtype::BF16: {
+      const uint16_t* s = reinterpret_cast<const uint16_t*>(base) + r * n;
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      break;
+    }
+    case KvDtype::FP8: {
+      const auto& lut = kernels::e4m3_table();
+      const uint8_t* s = base + r * n;
+      for (int64_t i = 0; i < n; ++i) dst[i] = lut[s[i]] * scale;
+      break;
+    }
+  }
+}
+
+SequenceState::SequenceState(const io::ModelConfig& c, KvDtype kv_dtype) : kv_dtype_(kv_dtype) {
   const size_t L = c.layers.size();
   mamba_slot_.assign(L, -1);
   attn_slot_.assign(L, -1);
@@ -20,6 +68,7 @@ SequenceState::SequenceState(const io::ModelConfig& c) {
     } else if (c.layers[i] == io::LayerKind::Attention) {
       attn_slot_[i] = int(kv_.size());
       kv_.emplace_back();
+      kv_.back().dtype = kv_dtype;
     }
   }
   journal_.resize(mamba_.size());
@@ -28,10 +77,11 @@ SequenceState::SequenceState(const io::ModelConfig& c) {
 void grow_kv(KvCache& kv, int64_t n_total, int64_t n_keep, int64_t row_floats) {
   if (n_total <= kv.capacity) return;
   const int64_t cap = std::max<int64_t>({n_total, 2 * kv.capacity, 64});
-  Buffer<float> k(size_t(cap * row_floats)), v(size_t(cap * row_floats));
+  const size_t es = size_t(kv_dtype_bytes(kv.dtype));
+  Buffer<uint8_t> k(size_t(cap * row_floats) * es), v(size_t(cap * row_floats) * es);
   if (kv.capacity) {
-    std::memcpy(k.data(), kv.k.data(), size_t(n_keep * row_floats) * sizeof(float));
-    std::memcpy(v.data(), kv.v.data(), size_t(n_keep * row_floats) * sizeof(float));
+    std::memcpy(k.data(), kv.k.data(), size_t(n_keep * row_floats) * es);
+    std::memcpy(v.data(), kv.v.data(), size_t(n_keep * row_floats) * es);
   }
   kv.k = std::move(k);
   kv.v = std::move(v);

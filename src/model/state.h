@@ -6,6 +6,7 @@
 // pre-round state (no matmul is re-run). See docs/ARCHITECTURE.md "Rollback".
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "base/memory.h"
@@ -25,9 +26,24 @@ struct MambaJournal {
   Buffer<float> x, B, dt;     // [T, DI], [T, G*N], [T, NH] recurrence inputs (post conv/softplus)
 };
 
+// Storage type of the attention KV cache. F32 is exact; BF16 halves it; FP8 (E4M3) quarters it,
+// scaled by the checkpoint's per-layer k_scale / v_scale (formats §3.5). Values are converted on
+// write and widened to f32 on read, element by element, so batch invariance is unaffected.
+enum class KvDtype : uint8_t { F32, BF16, FP8 };
+KvDtype parse_kv_dtype(const std::string& s);  // f32 | bf16 | fp8
+const char* kv_dtype_name(KvDtype d);
+int kv_dtype_bytes(KvDtype d);
+
 struct KvCache {
-  Buffer<float> k, v;  // [capacity, HKV*HD]
+  KvDtype dtype = KvDtype::F32;
+  Buffer<uint8_t> k, v;  // [capacity, HKV*HD] elements of `dtype`
   int64_t capacity = 0;
+  // Row r (row_floats elements) as f32 / from f32 (scale: FP8 only).
+  void store(bool key, int64_t r, int64_t row_floats, const float* src, float scale);
+  void load(bool key, int64_t r, int64_t row_floats, float* dst, float scale) const;
+  const float* f32_row(bool key, int64_t r, int64_t row_floats) const {  // F32 only
+    return reinterpret_cast<const float*>((key ? k : v).data()) + r * row_floats;
+  }
 };
 
 // Grows `kv` to hold at least n_total rows of row_floats each, keeping the first n_keep rows.
@@ -36,14 +52,14 @@ void grow_kv(KvCache& kv, int64_t n_total, int64_t n_keep, int64_t row_floats);
 class SequenceState {
  public:
   SequenceState() = default;
-  SequenceState(const io::ModelConfig& cfg);
+  explicit SequenceState(const io::ModelConfig& cfg, KvDtype kv_dtype = KvDtype::F32);
 
   int64_t n_past() const { return n_past_; }
   // Bytes held now (KV at current capacity + Mamba states + journal).
   size_t bytes() const;
   // Bytes of the fixed part (Mamba conv+ssm) and of KV per token, for reporting.
   size_t fixed_bytes() const;
-  size_t kv_bytes_per_token() const { return kv_row_floats_ * 2 * sizeof(float) * kv_.size(); }
+  size_t kv_bytes_per_token() const { return size_t(kv_row_floats_) * 2 * size_t(kv_dtype_bytes(kv_dtype_)) * kv_.size(); }
   void reset();  // back to an empty sequence (keeps allocations)
 
   // Internal to the model: layer-indexed storage (entries for other kinds are empty).
@@ -54,6 +70,7 @@ class SequenceState {
   int64_t n_past_ = 0;
   int64_t pending_rows_ = 0;  // rows of the last recorded forward not yet accepted
   int64_t kv_row_floats_ = 0;
+  KvDtype kv_dtype_ = KvDtype::F32;
   void ensure_kv_capacity(int64_t n_total);
 };
 

@@ -11,6 +11,7 @@
 #include "io/quant_config.h"
 #include "io/safetensors.h"
 #include "kernels/linear.h"
+#include "model/state.h"
 
 namespace nemo::model {
 
@@ -20,6 +21,8 @@ struct LoadOptions {
   // FP8 W8A8 layers: emulate the static activation quantisation (input_scale) like GPU engines,
   // instead of the default W8A16 (f32 activations). For parity comparisons only.
   bool fp8_static_activations = false;
+  // Attention KV-cache storage (f32 exact; bf16; fp8 with the checkpoint's k/v scales).
+  KvDtype kv_dtype = KvDtype::F32;
 };
 
 class WeightBinder {

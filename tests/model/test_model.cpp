@@ -12,6 +12,8 @@
 
 #include "../support/temp_dir.h"
 #include "base/error.h"
+#include "base/numeric.h"
+#include "kernels/fp8.h"
 #include "spec/sampler.h"
 #include "kernels/linear.h"
 #include "model/nemotron_h.h"
@@ -284,4 +286,79 @@ TEST(ModelErrors, BadCheckpointsNameTheTensor) {
   // No checkpoint at all
   test::TempDir empty;
   EXPECT_NE(load_error(empty.path()).find("config.json"), std::string::npos);
+}
+
+TEST(ModelKvCache, Bf16AndFp8CachesStayBatchInvariantAndClose) {
+  test::TempDir d;
+  synth::SynthOptions o;
+  o.seed = 9;
+  o.format = synth::SynthFormat::ModelOpt;  // carries k_scale / v_scale
+  synth::write_checkpoint(synth::preset_config("tiny-q"), d.path(), o);
+  auto ref = NemotronH::load(d.path());
+  const auto prompt = random_tokens(20, ref->config().vocab_size, 10);
+  ForwardOptions fo;
+  fo.all_logits = true;
+  auto s0 = ref->new_state();
+  auto r0 = ref->forward(s0, prompt, fo, ThreadConfig{1});
+  for (auto kv : {model::KvDtype::BF16, model::KvDtype::FP8}) {
+    auto m = NemotronH::load(d.path(), {.kv_dtype = kv});
+    const int64_t V = m->config().vocab_size;
+    auto st = m->new_state();
+    EXPECT_EQ(st.kv_bytes_per_token() * 4, s0.kv_bytes_per_token() * size_t(model::kv_dtype_bytes(kv)));
+    auto r = m->forward(st, prompt, fo, ThreadConfig{2});
+    double max_abs = 0, max_ref = 0;
+    for (size_t i = 0; i < r.logits.size(); ++i) {
+      max_abs = std::max(max_abs, double(std::fabs(r.logits[i] - r0.logits[i])));
+      max_ref = std::max(max_ref, double(std::fabs(r0.logits[i])));
+    }
+    EXPECT_GT(max_abs, 0.0) << model::kv_dtype_name(kv) << " cache must actually round";
+    if (kv == model::KvDtype::BF16) {
+      EXPECT_LT(max_abs / max_ref, 2e-2);
+    } else {  // 3 mantissa bits: the logits stay strongly correlated with the exact ones
+      double dot = 0, n0 = 0, n1 = 0;
+      for (size_t i = 0; i < r.logits.size(); ++i) {
+        dot += double(r.logits[i]) * r0.logits[i];
+        n0 += double(r0.logits[i]) * r0.logits[i];
+        n1 += double(r.logits[i]) * r.logits[i];
+      }
+      EXPECT_GT(dot / std::sqrt(n0 * n1), 0.95);
+    }
+    // Verify rows still equal decode rows bit for bit.
+    auto a = m->new_state(), b = m->new_state();
+    m->forward(a, std::span<const int32_t>(prompt).first(10), {}, ThreadConfig{1});
+    m->forward(b, std::span<const int32_t>(prompt).first(10), {}, ThreadConfig{1});
+    auto rv = m->forward(b, std::span<const int32_t>(prompt).subspan(10), fo, ThreadConfig{2});
+    for (int64_t i = 0; i < 10; ++i) {
+      auto rd = m->forward(a, std::span<const int32_t>(prompt).subspan(size_t(10 + i), 1), {}, ThreadConfig{1});
+      ASSERT_TRUE(bits_equal(rd.logits.data(), rv.logits.data() + i * V, size_t(V))) << model::kv_dtype_name(kv);
+    }
+  }
+  EXPECT_THROW(model::parse_kv_dtype("int4"), Error);
+}
+
+TEST(ModelKvCache, StoreLoadRoundTrip) {
+  const float x[6] = {0.0f, 1.0f, -3.3f, 1e-6f, 500.0f, -0.07f};
+  for (auto dt : {model::KvDtype::F32, model::KvDtype::BF16, model::KvDtype::FP8}) {
+    model::KvCache kv;
+    kv.dtype = dt;
+    model::grow_kv(kv, 4, 0, 6);
+    kv.store(true, 2, 6, x, 0.5f);
+    float y[6];
+    kv.load(true, 2, 6, y, 0.5f);
+    for (int i = 0; i < 6; ++i) {
+      float expect = x[i];
+      if (dt == model::KvDtype::BF16) expect = bf16_to_f32(f32_to_bf16(x[i]));
+      if (dt == model::KvDtype::FP8) expect = kernels::e4m3_table()[kernels::f32_to_e4m3(x[i] / 0.5f)] * 0.5f;
+      EXPECT_EQ(y[i], expect) << model::kv_dtype_name(dt) << " element " << i;
+    }
+  }
+  // FP8 saturates at ±448 · scale instead of overflowing.
+  model::KvCache kv;
+  kv.dtype = model::KvDtype::FP8;
+  model::grow_kv(kv, 1, 0, 1);
+  const float big = 1e6f;
+  float y;
+  kv.store(false, 0, 1, &big, 1.0f);
+  kv.load(false, 0, 1, &y, 1.0f);
+  EXPECT_EQ(y, 448.0f);
 }
