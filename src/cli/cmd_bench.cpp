@@ -109,15 +109,19 @@ std::vector<Command> make_bench_command() {
     // ---- plain prefill + decode
     double best_pf = 1e30, best_dec = 1e30;
     size_t state_bytes = 0;
+    model::ForwardProfile pf_prof, dec_prof;
     for (int rep = 0; rep < std::max(1, bo->reps); ++rep) {
       auto st = m->new_state();
+      model::ForwardOptions po, dopt;
+      po.profile = &pf_prof;
+      dopt.profile = &dec_prof;
       double t0 = now_s();
-      auto r = m->forward(st, prompt, {}, tc);
+      auto r = m->forward(st, prompt, po, tc);
       best_pf = std::min(best_pf, now_s() - t0);
       t0 = now_s();
       for (int64_t i = 0; i < bo->gen; ++i) {
         const int32_t in[1] = {spec::argmax({r.logits.data(), size_t(V)})};
-        r = m->forward(st, in, {}, tc);
+        r = m->forward(st, in, dopt, tc);
       }
       if (bo->gen > 0) best_dec = std::min(best_dec, now_s() - t0);
       state_bytes = st.bytes();
@@ -133,12 +137,27 @@ std::vector<Command> make_bench_command() {
     j["decode_gb_s"] = dec_gb * dec_tps;
     j["file_gb"] = double(m->store().file_bytes()) / 1e9;
     j["state_mb"] = double(state_bytes) / 1e6;
+    auto breakdown = [](const model::ForwardProfile& p) {
+      const double tot = p.mamba_s + p.attention_s + p.moe_s + p.mlp_s + p.norms_s + p.lm_head_s;
+      nlohmann::json b = {{"mamba", p.mamba_s / tot}, {"attention", p.attention_s / tot}, {"moe", p.moe_s / tot},
+                          {"mlp", p.mlp_s / tot},     {"norms_embed", p.norms_s / tot}, {"lm_head", p.lm_head_s / tot}};
+      return b;
+    };
+    j["prefill_time_share"] = breakdown(pf_prof);
+    if (bo->gen > 0) j["decode_time_share"] = breakdown(dec_prof);
+    auto show = [](const char* what, const nlohmann::json& b) {
+      std::printf("%-10s time share: mamba %.0f%%, attention %.0f%%, moe %.0f%%, mlp %.0f%%, norms/embed %.0f%%, lm_head %.0f%%\n",
+                  what, 100 * b["mamba"].get<double>(), 100 * b["attention"].get<double>(), 100 * b["moe"].get<double>(),
+                  100 * b["mlp"].get<double>(), 100 * b["norms_embed"].get<double>(), 100 * b["lm_head"].get<double>());
+    };
     if (!bo->json) {
       std::printf("model      %s (%zu layers: %s)\n", dir->path.c_str(), cfg.layers.size(), cfg.pattern().c_str());
       std::printf("threads    %d (%s kernels)\n", tc.n_threads, kernels::isa_name(kernels::active_isa()));
       std::printf("prefill    %lld tokens: %.2f tok/s\n", (long long)prompt.size(), pf_tps);
       std::printf("decode     %lld tokens: %.2f tok/s (%.3f GB of weights per token -> %.1f GB/s)\n",
                   (long long)bo->gen, dec_tps, dec_gb, dec_gb * dec_tps);
+      show("prefill", j["prefill_time_share"]);
+      if (bo->gen > 0) show("decode", j["decode_time_share"]);
       std::fflush(stdout);
     }
     if (bo->membw) {

@@ -1,6 +1,7 @@
 #include "model/nemotron_h.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "base/error.h"
@@ -82,9 +83,19 @@ ForwardResult NemotronH::forward(SequenceState& st, std::span<const int32_t> tok
   for (int64_t t = 0; t < T; ++t) embed(tokens[t], h.data() + t * H);
 
   Mamba2Options mopt{opt.record, opt.ssd_min_rows};
+  ForwardProfile* prof = opt.profile;
+  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  double t_mark = prof ? now() : 0.0;
+  auto charge = [&](double ForwardProfile::*slot) {
+    if (!prof) return;
+    const double t = now();
+    prof->*slot += t - t_mark;
+    t_mark = t;
+  };
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& L = layers_[i];
     for (int64_t t = 0; t < T; ++t) kernels::rms_norm(h.data() + t * H, L.norm_w.data(), H, cfg_.norm_eps, hn.data() + t * H);
+    charge(&ForwardProfile::norms_s);
     switch (L.kind) {
       case io::LayerKind::Mamba: {
         const int s = st.mamba_slot_[i];
@@ -99,6 +110,10 @@ ForwardResult NemotronH::forward(SequenceState& st, std::span<const int32_t> tok
       case io::LayerKind::MoE: moe_forward(std::get<MoEWeights>(L.mixer), cfg_, hn.data(), T, o.data(), tc); break;
       case io::LayerKind::MLP: mlp_forward(std::get<MlpWeights>(L.mixer), hn.data(), T, H, o.data(), H, tc); break;
     }
+    charge(L.kind == io::LayerKind::Mamba       ? &ForwardProfile::mamba_s
+           : L.kind == io::LayerKind::Attention ? &ForwardProfile::attention_s
+           : L.kind == io::LayerKind::MoE       ? &ForwardProfile::moe_s
+                                                : &ForwardProfile::mlp_s);
     for (int64_t k = 0; k < T * H; ++k) h[k] = h[k] + o[k];
   }
   st.n_past_ = n_past + T;
@@ -112,6 +127,10 @@ ForwardResult NemotronH::forward(SequenceState& st, std::span<const int32_t> tok
     kernels::rms_norm(h.data() + (r.first_row + t) * H, norm_f_.data(), H, cfg_.norm_eps, hf.data() + t * H);
   r.logits.resize(size_t(r.rows * V));
   logits_from_hidden(hf.data(), r.rows, r.logits.data(), tc);
+  if (prof) {
+    charge(&ForwardProfile::lm_head_s);
+    ++prof->calls;
+  }
   if (opt.want_hidden) r.hidden = std::move(hf);
   return r;
 }

@@ -18,6 +18,12 @@
 
 namespace nemo::model {
 
+// Optional wall-time breakdown of forward passes (accumulated), for `bench`.
+struct ForwardProfile {
+  double mamba_s = 0, attention_s = 0, moe_s = 0, mlp_s = 0, norms_s = 0, lm_head_s = 0;
+  int64_t calls = 0;
+};
+
 struct ForwardOptions {
   // Which rows get logits: all rows, or only the last one (prefill).
   bool all_logits = false;
@@ -27,6 +33,7 @@ struct ForwardOptions {
   int64_t ssd_min_rows = 17;
   // Also return the post-norm_f hidden states of the logits rows (MTP input).
   bool want_hidden = false;
+  ForwardProfile* profile = nullptr;
 };
 
 struct ForwardResult {
