@@ -116,7 +116,9 @@ TEST(Quantize, Fp8RoundTrip) {
   EXPECT_LT(e, 0.035);  // spec §6.4: 2.6 %
   // The amax element is exact (448 * scale), sign kept.
   for (size_t i = 0; i < w.size(); ++i)
-    if (std::fabs(w[i]) == amax) EXPECT_EQ(std::fabs(d[i]), 448.0f * q.scale);
+    if (std::fabs(w[i]) == amax) {
+      EXPECT_EQ(std::fabs(d[i]), 448.0f * q.scale);
+    }
 }
 
 TEST(Quantize, AffineRoundTrip) {
