@@ -21,10 +21,6 @@ namespace nemo::cli {
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 ThreadConfig threads_of(int n) { return ThreadConfig{n > 0 ? n : default_thread_count()}; }
 
 }  // namespace
