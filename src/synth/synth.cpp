@@ -351,6 +351,29 @@ Unit dense_unit(const SynthTensor& t, const SynthOptions& opt, std::vector<int64
   return u;
 }
 
+// Row blocks quantized in parallel: NVFP4 rows are independent once weight_scale_2 (the
+// tensor's amax / 2688, as the single-call quantizer computes it) is fixed, so the result is
+// byte-identical to one quantize_nvfp4 call over the whole tensor.
+kernels::Nvfp4Quantized quantize_nvfp4_par(const std::vector<float>& v, int64_t o, int64_t i, int threads) {
+  float amax = 0.0f;
+  for (float x : v) amax = std::max(amax, std::fabs(x));
+  const float scale2 = amax / 2688.0f;
+  if (threads <= 1 || o < 64 || !(scale2 > 0.0f)) return kernels::quantize_nvfp4(v, o, i);
+  kernels::Nvfp4Quantized q;
+  q.rows = o;
+  q.cols = i;
+  q.scale2 = scale2;
+  q.packed.resize(size_t(o * i / 2));
+  q.scales.resize(size_t(o * i / 16));
+  parallel_for(ThreadConfig{threads}, o, 16, [&](int64_t r0, int64_t r1) {
+    const auto part = kernels::quantize_nvfp4(std::span<const float>(v).subspan(size_t(r0 * i), size_t((r1 - r0) * i)),
+                                              r1 - r0, i, scale2);
+    std::copy(part.packed.begin(), part.packed.end(), q.packed.begin() + r0 * i / 2);
+    std::copy(part.scales.begin(), part.scales.end(), q.scales.begin() + r0 * i / 16);
+  });
+  return q;
+}
+
 Unit nvfp4_unit(const SynthTensor& t, const SynthOptions& opt) {
   require_divisible(t, 16, "NVFP4");
   const std::string m = module_of(t.name);
@@ -361,7 +384,7 @@ Unit nvfp4_unit(const SynthTensor& t, const SynthOptions& opt) {
   u.out = {{m + ".weight", DType::U8, {o, i / 2}}, {m + ".weight_scale", DType::F8_E4M3, {o, i / 16}},
            {m + ".weight_scale_2", DType::F32, {}}};
   u.write = [t, o, i, &opt](io::SafetensorsWriter& w) {
-    const auto q = kernels::quantize_nvfp4(logical_values(t, opt.seed, opt.threads), o, i);
+    const auto q = quantize_nvfp4_par(logical_values(t, opt.seed, opt.threads), o, i, opt.threads);
     w.write(q.packed);
     w.write(q.scales);
     w.write(f32_bytes(q.scale2));

@@ -93,3 +93,23 @@ TEST(Synth, BadPresetAndPattern) {
   EXPECT_THROW(synth::preset_config("tiny-a", 0, "MX"), Error);
   EXPECT_THROW(synth::preset_config("tiny-a", 99), Error);
 }
+
+TEST(Synth, ParallelQuantizationIsByteIdentical) {
+  test::TempDir a, b;
+  synth::SynthOptions o;
+  o.seed = 5;
+  o.format = synth::SynthFormat::ModelOpt;
+  o.threads = 1;
+  synth::write_checkpoint(synth::preset_config("tiny-q"), a.path(), o);
+  o.threads = 3;
+  synth::write_checkpoint(synth::preset_config("tiny-q"), b.path(), o);
+  auto sa = io::TensorStore::open_dir(a.path());
+  auto sb = io::TensorStore::open_dir(b.path());
+  ASSERT_EQ(sa.names(), sb.names());
+  for (const auto& n : sa.names()) {
+    const auto& x = sa.get(n);
+    const auto& y = sb.get(n);
+    ASSERT_EQ(x.nbytes, y.nbytes);
+    ASSERT_EQ(0, std::memcmp(x.data, y.data, x.nbytes)) << n;
+  }
+}
