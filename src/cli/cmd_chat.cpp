@@ -21,46 +21,36 @@ namespace nemo::cli {
 
 std::vector<Command> make_chat_command() {
   struct Opts {
-    std::string model, system, message, spec = "auto", kv_cache = "f32";
-    int64_t n = 512;
-    float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
-    int top_k = 0, threads = 0, draft_max = 3;
-    uint64_t seed = 0;
+    GenerationFlags g;
+    std::string system, message;
     bool no_think = false, show_reasoning = false, stats = false;
   };
   auto o = std::make_shared<Opts>();
+  o->g.max_tokens = 512;
   std::vector<Command> v(1);
   v[0].attach_fn = [o, sub = v[0].sub](CLI::App& app) {
     auto* s = app.add_subcommand("chat", "Chat with the model (its tokenizer.json and chat template)");
-    s->add_option("-m,--model", o->model, "Model directory (default: the embedded tiny model)");
+    o->g.add_to(s);
     s->add_option("--system", o->system, "System prompt");
     s->add_option("--message", o->message, "Send one message, print the reply and exit (no prompt loop)");
     s->add_flag("--no-think", o->no_think, "enable_thinking = false in the chat template");
     s->add_flag("--show-reasoning", o->show_reasoning, "Print the reasoning (<think>) text too");
-    s->add_option("-n,--max-tokens", o->n, "Max tokens per reply")->capture_default_str();
-    s->add_option("--temp", o->temp, "Temperature (0 = greedy)")->capture_default_str();
-    s->add_option("--top-k", o->top_k, "Top-k (0 = off)");
-    s->add_option("--top-p", o->top_p, "Top-p (1 = off)");
-    s->add_option("--min-p", o->min_p, "Min-p (0 = off)");
-    s->add_option("--seed", o->seed, "Sampling seed");
-    s->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
-    s->add_option("--spec", o->spec, "Speculative decoding: auto | mtp | ngram | none")->capture_default_str();
-    s->add_option("--draft-max", o->draft_max, "Draft tokens per verify call (1..15)")->capture_default_str();
-    s->add_option("--kv-cache", o->kv_cache, "KV-cache storage: f32 | bf16 | fp8")->capture_default_str();
     s->add_flag("--stats", o->stats, "Print speed and speculation figures after each reply");
     *sub = s;
   };
   v[0].run = [o]() {
-    auto dir = resolve_model_dir(o->model);
-    auto m = model::NemotronH::load(dir->path, {.kv_dtype = model::parse_kv_dtype(o->kv_cache)});
+    const GenerationFlags& f = o->g;
+    auto dir = resolve_model_dir(f.model);
+    auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = f.fp8_static,
+                                                .kv_dtype = model::parse_kv_dtype(f.kv_cache)});
     if (!std::filesystem::exists(std::filesystem::path(dir->path) / "tokenizer.json"))
       fail("{}: chat needs tokenizer.json (use `run --ids` for token-level generation)", dir->path);
     const text::Tokenizer tok = text::Tokenizer::from_dir(dir->path);
     const auto src = text::load_chat_template(dir->path);
     if (!src) fail("{}: no chat template (chat_template.jinja or tokenizer_config.json chat_template)", dir->path);
     const text::ChatTemplate tmpl(*src, (std::filesystem::path(dir->path) / "chat_template.jinja").string());
-    engine::Generator gen(*m, ThreadConfig{o->threads > 0 ? o->threads : default_thread_count()},
-                         engine::parse_spec_mode(o->spec), o->draft_max);
+    engine::Generator gen(*m, ThreadConfig{f.threads > 0 ? f.threads : default_thread_count()},
+                         engine::parse_spec_mode(f.spec), f.draft_max);
     std::vector<int32_t> stops;
     for (auto e : m->config().eos_token_ids) stops.push_back(int32_t(e));
     if (tok.eos_id()) stops.push_back(*tok.eos_id());
@@ -75,8 +65,8 @@ std::vector<Command> make_chat_command() {
       const std::string prompt = tmpl.apply(messages, co);
       engine::GenerateRequest req;
       req.prompt = tok.encode(prompt, {.add_special_tokens = false});
-      req.max_tokens = o->n;
-      req.sampling = {o->temp, o->top_k, o->top_p, o->min_p, o->seed};
+      req.max_tokens = f.max_tokens;
+      req.sampling = {f.temp, f.top_k, f.top_p, f.min_p, f.seed};
       req.stop_tokens = stops;
       text::StreamDecoder sd(tok, {}, /*skip_special_tokens=*/true);
       text::OutputParserOptions po;

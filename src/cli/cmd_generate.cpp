@@ -30,57 +30,38 @@ std::vector<Command> make_generate_commands() {
 
   // ---- run -------------------------------------------------------------------------------------
   struct RunOpts {
-    std::string model, prompt, ids;
+    GenerationFlags g;
+    std::string prompt, ids;
     std::vector<std::string> stop;
-    int64_t n = 64;
-    float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
-    int top_k = 0, threads = 0;
-    uint64_t seed = 0;
-    bool stats = false, ignore_eos = false, spec_stats = false, fp8_static = false;
-    std::string kv_cache = "f32";
-    std::string spec = "auto";
-    int draft_max = 3;
+    bool stats = false, ignore_eos = false, spec_stats = false;
   };
   auto ro = std::make_shared<RunOpts>();
   v[0].attach_fn = [ro, sub = v[0].sub](CLI::App& app) {
     auto* s = app.add_subcommand("run", "Generate from a prompt (text or token ids), streaming to stdout");
-    s->add_option("-m,--model", ro->model, "Model directory (default: the embedded tiny model)");
+    ro->g.add_to(s);
     s->add_option("-p,--prompt", ro->prompt, "Prompt text");
     s->add_option("--ids", ro->ids, "Prompt as comma-separated token ids (output: ids)");
     s->add_option("--stop", ro->stop, "Stop string (repeatable); nothing after it is printed");
-    s->add_option("-n,--max-tokens", ro->n, "Tokens to generate")->capture_default_str();
-    s->add_option("--temp", ro->temp, "Temperature (0 = greedy)")->capture_default_str();
-    s->add_option("--top-k", ro->top_k, "Top-k (0 = off)");
-    s->add_option("--top-p", ro->top_p, "Top-p (1 = off)");
-    s->add_option("--min-p", ro->min_p, "Min-p (0 = off)");
-    s->add_option("--seed", ro->seed, "Sampling seed")->capture_default_str();
-    s->add_option("-t,--threads", ro->threads, "Threads (default: all cores)");
     s->add_flag("--stats", ro->stats, "Print timing to stderr");
     s->add_flag("--ignore-eos", ro->ignore_eos, "Do not stop at EOS tokens");
-    s->add_option("--spec", ro->spec, "Speculative decoding: auto (MTP if present) | mtp | ngram | none")
-        ->capture_default_str();
-    s->add_option("--draft-max", ro->draft_max, "Draft tokens per verify call (gamma, 1..15)")->capture_default_str();
     s->add_flag("--spec-stats", ro->spec_stats, "Print speculative-decoding telemetry to stderr");
-    s->add_option("--kv-cache", ro->kv_cache, "KV-cache storage: f32 | bf16 | fp8 (checkpoint k/v scales)")
-        ->capture_default_str();
-    s->add_flag("--fp8-static-activations", ro->fp8_static,
-                "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
     s->get_option("--prompt")->excludes("--ids");
     *sub = s;
   };
   v[0].run = [ro]() {
-    auto dir = resolve_model_dir(ro->model);
-    auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = ro->fp8_static,
-                                                .kv_dtype = model::parse_kv_dtype(ro->kv_cache)});
+    const GenerationFlags& f = ro->g;
+    auto dir = resolve_model_dir(f.model);
+    auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = f.fp8_static,
+                                                .kv_dtype = model::parse_kv_dtype(f.kv_cache)});
     TextSession text(dir->path, m->config().vocab_size, ro->stop);
     engine::GenerateRequest req;
     if (!ro->ids.empty()) req.prompt = parse_ids(ro->ids);
     else req.prompt = text.encode(ro->prompt.empty() ? std::string("Hello") : ro->prompt);
-    req.max_tokens = ro->n;
-    req.sampling = {ro->temp, ro->top_k, ro->top_p, ro->min_p, ro->seed};
+    req.max_tokens = f.max_tokens;
+    req.sampling = {f.temp, f.top_k, f.top_p, f.min_p, f.seed};
     if (!ro->ignore_eos)
       for (auto e : m->config().eos_token_ids) req.stop_tokens.push_back(int32_t(e));
-    engine::Generator g(*m, threads_of(ro->threads), engine::parse_spec_mode(ro->spec), ro->draft_max);
+    engine::Generator g(*m, threads_of(f.threads), engine::parse_spec_mode(f.spec), f.draft_max);
     const bool as_ids = !ro->ids.empty();
     auto s = g.generate(req, [&](int32_t tok) {
       if (as_ids) {

@@ -20,6 +20,19 @@ struct Command {
 
 std::vector<Command> all_commands();
 
+// Options every generating command shares (run, chat): model, sampling, threads, speculation,
+// KV cache. `add_to` registers them; the accessors turn them into engine/model settings.
+struct GenerationFlags {
+  std::string model;
+  int64_t max_tokens = 64;
+  float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
+  int top_k = 0, threads = 0, draft_max = 3;
+  uint64_t seed = 0;
+  std::string spec = "auto", kv_cache = "f32";
+  bool fp8_static = false;
+  void add_to(CLI::App* s);
+};
+
 // Shared helpers
 std::vector<int32_t> parse_ids(const std::string& csv);  // "1,2,3"
 // Resolves --model; when empty, writes the embedded default model (tiny-a, seed 0) to a

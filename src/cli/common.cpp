@@ -23,6 +23,24 @@ std::vector<Command> all_commands() {
   return v;
 }
 
+void GenerationFlags::add_to(CLI::App* s) {
+  s->add_option("-m,--model", model, "Model directory (default: the embedded tiny model)");
+  s->add_option("-n,--max-tokens", max_tokens, "Tokens to generate (per reply)")->capture_default_str();
+  s->add_option("--temp", temp, "Temperature (0 = greedy)")->capture_default_str();
+  s->add_option("--top-k", top_k, "Top-k (0 = off)");
+  s->add_option("--top-p", top_p, "Top-p (1 = off)");
+  s->add_option("--min-p", min_p, "Min-p (0 = off)");
+  s->add_option("--seed", seed, "Sampling seed")->capture_default_str();
+  s->add_option("-t,--threads", threads, "Threads (default: all cores)");
+  s->add_option("--spec", spec, "Speculative decoding: auto (MTP if present) | mtp | ngram | none")
+      ->capture_default_str();
+  s->add_option("--draft-max", draft_max, "Draft tokens per verify call (gamma, 1..15)")->capture_default_str();
+  s->add_option("--kv-cache", kv_cache, "KV-cache storage: f32 | bf16 | fp8 (checkpoint k/v scales)")
+      ->capture_default_str();
+  s->add_flag("--fp8-static-activations", fp8_static,
+              "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
+}
+
 std::vector<int32_t> parse_ids(const std::string& csv) {
   std::vector<int32_t> out;
   size_t i = 0;
