@@ -65,16 +65,11 @@ inline uint8_t f32_to_e2m1(float x) {
   const uint8_t sign = x < 0.0f ? 8 : 0;
   const float a = std::fabs(x);
   if (std::isnan(a)) return 7;
-  uint8_t c;
-  if (a <= 0.25f) c = 0;
-  else if (a < 0.75f) c = 1;
-  else if (a <= 1.25f) c = 2;
-  else if (a < 1.75f) c = 3;
-  else if (a <= 2.5f) c = 4;
-  else if (a < 3.5f) c = 5;
-  else if (a <= 5.0f) c = 6;
-  else c = 7;
-  return sign | c;
+  // The code is the number of decision bounds passed (strict at the bounds that tie down to an
+  // even code, inclusive where they tie up): branch-free, so random weights quantize fast.
+  const int c = int(a > 0.25f) + int(a >= 0.75f) + int(a > 1.25f) + int(a >= 1.75f) + int(a > 2.5f) +
+                int(a >= 3.5f) + int(a > 5.0f);
+  return uint8_t(sign | c);
 }
 
 }  // namespace nemo::kernels
