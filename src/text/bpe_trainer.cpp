@@ -18,6 +18,15 @@ namespace nemo::text {
 using ojson = nlohmann::ordered_json;
 
 namespace {
+// Appends a key known to be new. ordered_json's operator[] searches linearly, which makes
+// building a 131072-entry vocabulary quadratic; the callers guarantee uniqueness.
+void append_new_key(ojson& obj, std::string key, ojson value) {
+  auto& m = obj.get_ref<ojson::object_t&>();
+  static_cast<std::vector<std::pair<const std::string, ojson>>&>(m).emplace_back(std::move(key), std::move(value));
+}
+}  // namespace
+
+namespace {
 constexpr std::string_view kSplitRegex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
@@ -150,7 +159,7 @@ std::string train_byte_level_bpe(std::string_view corpus, int vocab_size,
   ojson added = ojson::array();
   int32_t id = 0;
   for (const auto& s : special_tokens) {
-    vocab[s] = id;
+    append_new_key(vocab, s, id);
     added.push_back({{"id", id}, {"content", s}, {"single_word", false}, {"lstrip", false},
                      {"rstrip", false}, {"normalized", false}, {"special", true}});
     ++id;
@@ -161,14 +170,14 @@ std::string train_byte_level_bpe(std::string_view corpus, int vocab_size,
   for (size_t k = 0; k < tok_bytes.size(); ++k) {
     names[k] = byte_level_string(tok_bytes[k]);
     if (!used.insert(names[k]).second) fail("train_byte_level_bpe: internal error: duplicate token {}", names[k]);
-    vocab[names[k]] = id++;
+    append_new_key(vocab, names[k], id++);
   }
   ojson jm = ojson::array();
   for (auto [a, b] : merges) jm.push_back(ojson::array({names[a], names[b]}));
   for (int r = 0; id < vocab_size; ++r) {
     std::string s = "<|reserved_" + std::to_string(r) + "|>";
     if (used.count(s)) continue;
-    vocab[s] = id;
+    append_new_key(vocab, s, id);
     added.push_back({{"id", id}, {"content", s}, {"single_word", false}, {"lstrip", false},
                      {"rstrip", false}, {"normalized", false}, {"special", true}});
     ++id;
@@ -205,7 +214,7 @@ std::string make_tokenizer_config(const std::string& tokenizer_json, const Token
     for (const auto& t : tj["added_tokens"]) {
       ojson e = t;
       e.erase("id");
-      dec[std::to_string(t["id"].get<int64_t>())] = e;
+      append_new_key(dec, std::to_string(t["id"].get<int64_t>()), std::move(e));  // ids are unique
     }
   c["added_tokens_decoder"] = dec;
   auto opt = [](const std::optional<std::string>& s) { return s ? ojson(*s) : ojson(nullptr); };
