@@ -1,12 +1,12 @@
 // nemotron bench: prefill / decode speed, memory, roofline, and speculative decoding
 // (verify-width cost curve, rollback cost, speedup per drafter and γ), measured side by side.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/memory.h"
 #include "base/threads.h"
@@ -23,9 +23,6 @@ namespace nemo::cli {
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Streams a 1 GiB buffer (larger than any cache) with the given threads; best of 3, GB/s.
 double measure_read_bandwidth(const ThreadConfig& tc) {
@@ -36,12 +33,12 @@ double measure_read_bandwidth(const ThreadConfig& tc) {
   const int64_t blocks = int64_t(n / 4096);
   for (int rep = 0; rep < 3; ++rep) {
     std::vector<double> part(size_t(blocks), 0.0);
-    const double t0 = now_s();
+    const double t0 = now_seconds();
     parallel_for(tc, blocks, 1, [&](int64_t b, int64_t e) {
       for (int64_t blk = b; blk < e; ++blk)
         part[size_t(blk)] = double(kernels::dot(buf.data() + blk * 4096, buf.data() + blk * 4096, 4096));
     });
-    const double dt = now_s() - t0;
+    const double dt = now_seconds() - t0;
     best = std::max(best, double(n * sizeof(float)) / dt / 1e9);
     sink += part[0];
   }
@@ -94,9 +91,9 @@ std::vector<Command> make_bench_command() {
   };
   v[0].run = [bo]() {
     auto dir = resolve_model_dir(bo->model);
-    const double tl = now_s();
+    const double tl = now_seconds();
     auto m = model::NemotronH::load(dir->path, {.kv_dtype = model::parse_kv_dtype(bo->kv_cache)});
-    const double load_s = now_s() - tl;
+    const double load_s = now_seconds() - tl;
     const auto& cfg = m->config();
     const ThreadConfig tc{bo->threads > 0 ? bo->threads : default_thread_count()};
     const int64_t V = cfg.vocab_size;
@@ -115,15 +112,15 @@ std::vector<Command> make_bench_command() {
       model::ForwardOptions po, dopt;
       po.profile = &pf_prof;
       dopt.profile = &dec_prof;
-      double t0 = now_s();
+      double t0 = now_seconds();
       auto r = m->forward(st, prompt, po, tc);
-      best_pf = std::min(best_pf, now_s() - t0);
-      t0 = now_s();
+      best_pf = std::min(best_pf, now_seconds() - t0);
+      t0 = now_seconds();
       for (int64_t i = 0; i < bo->gen; ++i) {
         const int32_t in[1] = {spec::argmax({r.logits.data(), size_t(V)})};
         r = m->forward(st, in, dopt, tc);
       }
-      if (bo->gen > 0) best_dec = std::min(best_dec, now_s() - t0);
+      if (bo->gen > 0) best_dec = std::min(best_dec, now_seconds() - t0);
       state_bytes = st.bytes();
     }
     const double pf_tps = double(prompt.size()) / best_pf;
@@ -186,13 +183,13 @@ std::vector<Command> make_bench_command() {
           model::ForwardOptions fo;
           fo.all_logits = true;
           fo.record = record;
-          const double t0 = now_s();
+          const double t0 = now_seconds();
           m->forward(st, std::span<const int32_t>(rows).first(size_t(w)), fo, tc);
-          ts.push_back(now_s() - t0);
+          ts.push_back(now_seconds() - t0);
           if (record && rollback) {
-            const double t1 = now_s();
+            const double t1 = now_seconds();
             m->accept(st, 1);  // worst case: replay from the pre-round state, keep one row
-            rb.push_back(now_s() - t1);
+            rb.push_back(now_seconds() - t1);
           }
         }
         if (rollback) *rollback = median(rb);
@@ -231,12 +228,12 @@ std::vector<Command> make_bench_command() {
       req.max_tokens = std::max<int64_t>(2, bo->gen);
       std::vector<int32_t> script;
       dec.generate(req, nullptr, [](int32_t, std::span<const float>) { return true; });  // warm-up
-      const double t0 = now_s();
+      const double t0 = now_seconds();
       auto plain = dec.generate(req, nullptr, [&](int32_t t, std::span<const float>) {
         script.push_back(t);
         return true;
       });
-      const double plain_s = now_s() - t0 - plain.prefill_s;
+      const double plain_s = now_seconds() - t0 - plain.prefill_s;
       const double plain_tps = double(plain.emitted - 1) / plain_s;
       nlohmann::json runs = nlohmann::json::array();
       if (!bo->json)
@@ -251,12 +248,12 @@ std::vector<Command> make_bench_command() {
           else fail("--spec '{}': expected none, ngram, mtp, oracle, wrong or all", kind);
           req.draft_max = g;
           std::vector<int32_t> out;
-          const double t1 = now_s();
+          const double t1 = now_seconds();
           auto s = dec.generate(req, d.get(), [&](int32_t t, std::span<const float>) {
             out.push_back(t);
             return true;
           });
-          const double secs = now_s() - t1 - s.prefill_s;
+          const double secs = now_seconds() - t1 - s.prefill_s;
           const double tps = double(s.emitted - 1) / secs;
           const bool same = out == script;
           runs.push_back({{"drafter", kind},

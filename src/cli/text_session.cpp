@@ -117,7 +117,6 @@ std::string TextSession::finish() {
     impl_->dec = std::make_unique<text::StreamDecoder>(*impl_->tok, impl_->stop);
   } else {
     out = impl_->fallback_push(-1, true);
-    out += impl_->apply_stops("", true);
     impl_->stopped = false;
   }
   return out;

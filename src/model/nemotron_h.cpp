@@ -1,9 +1,9 @@
 #include "model/nemotron_h.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "kernels/ops.h"
 
@@ -84,11 +84,10 @@ ForwardResult NemotronH::forward(SequenceState& st, std::span<const int32_t> tok
 
   Mamba2Options mopt{opt.record, opt.ssd_min_rows};
   ForwardProfile* prof = opt.profile;
-  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
-  double t_mark = prof ? now() : 0.0;
+  double t_mark = prof ? now_seconds() : 0.0;
   auto charge = [&](double ForwardProfile::*slot) {
     if (!prof) return;
-    const double t = now();
+    const double t = now_seconds();
     prof->*slot += t - t_mark;
     t_mark = t;
   };

@@ -1,17 +1,14 @@
 #include "spec/speculative.h"
 
 #include <algorithm>
-#include <chrono>
 #include <fmt/format.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 
 namespace nemo::spec {
 
 namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 double prob_of(const std::vector<std::pair<int32_t, double>>& d, int32_t id) {
   for (const auto& [i, p] : d)
@@ -92,7 +89,7 @@ SpecStats SpeculativeDecoder::generate(const SpecRequest& req, Drafter* drafter,
   s.proposed_at.assign(size_t(req.draft_max), 0);
   s.accepted_at.assign(size_t(req.draft_max), 0);
   Rng rng(req.sampling.seed);
-  const double t_start = now_s();
+  const double t_start = now_seconds();
   auto is_stop = [&](int32_t t) { return std::find(req.stop_tokens.begin(), req.stop_tokens.end(), t) != req.stop_tokens.end(); };
   auto pick = [&](std::span<const float> row) -> int32_t {
     return greedy ? argmax(row) : draw(sampling_distribution(row, req.sampling), rng);
@@ -102,17 +99,17 @@ SpecStats SpeculativeDecoder::generate(const SpecRequest& req, Drafter* drafter,
   model::ForwardOptions pf;
   pf.all_logits = hidden;  // the MTP drafter needs every prompt row's hidden state
   pf.want_hidden = hidden;
-  double t0 = now_s();
+  double t0 = now_seconds();
   auto r = m_.forward(st, req.prompt, pf, tc_);
-  s.prefill_s = now_s() - t0;
+  s.prefill_s = now_seconds() - t0;
   std::span<const float> last{r.logits.data() + (r.rows - 1) * V, size_t(V)};
   int32_t anchor = pick(last);
   bool done = !emit(anchor, last) || is_stop(anchor);
   int64_t emitted = 1;
   if (drafter && !done && emitted < req.max_tokens) {
-    t0 = now_s();
+    t0 = now_seconds();
     drafter->begin(req.prompt, hidden ? r.hidden.data() : nullptr, anchor);
-    s.draft_s += now_s() - t0;
+    s.draft_s += now_seconds() - t0;
   }
 
   while (!done && emitted < req.max_tokens) {
@@ -120,9 +117,9 @@ SpecStats SpeculativeDecoder::generate(const SpecRequest& req, Drafter* drafter,
     const int k_max = int(std::min<int64_t>(req.draft_max, req.max_tokens - emitted - 1));
     DraftProposal prop;
     if (drafter && k_max > 0) {
-      t0 = now_s();
+      t0 = now_seconds();
       prop = drafter->propose(k_max, req.sampling, rng);
-      s.draft_s += now_s() - t0;
+      s.draft_s += now_seconds() - t0;
       if (int(prop.tokens.size()) > k_max) prop.tokens.resize(size_t(k_max));
       for (auto t : prop.tokens)
         if (t < 0 || t >= V) fail("drafter '{}' proposed token {} outside the vocabulary", drafter->name(), t);
@@ -137,9 +134,9 @@ SpecStats SpeculativeDecoder::generate(const SpecRequest& req, Drafter* drafter,
     fo.all_logits = true;
     fo.record = k > 0;  // a lone anchor row is always kept: nothing to roll back
     fo.want_hidden = hidden;
-    t0 = now_s();
+    t0 = now_seconds();
     r = m_.forward(st, rows, fo, tc_);
-    s.verify_s += now_s() - t0;
+    s.verify_s += now_seconds() - t0;
     ++s.rounds;
     s.drafted += k;
 
@@ -183,20 +180,20 @@ SpecStats SpeculativeDecoder::generate(const SpecRequest& req, Drafter* drafter,
     s.accepted += a;
     if (done) break;  // the request ends here; no need to roll the state forward
     if (k > 0) {
-      t0 = now_s();
+      t0 = now_seconds();
       m_.accept(st, a + 1);
-      s.rollback_s += now_s() - t0;
+      s.rollback_s += now_seconds() - t0;
     }
     if (drafter) {
-      t0 = now_s();
+      t0 = now_seconds();
       drafter->commit(std::span<const int32_t>(prop.tokens).first(size_t(a)), next,
                       hidden ? r.hidden.data() : nullptr);
-      s.draft_s += now_s() - t0;
+      s.draft_s += now_seconds() - t0;
     }
     anchor = next;
   }
   s.emitted = emitted;
-  s.total_s = now_s() - t_start;
+  s.total_s = now_seconds() - t_start;
   return s;
 }
 

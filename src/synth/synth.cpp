@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "base/numeric.h"
+#include "base/random.h"
 #include "base/threads.h"
 #include "kernels/quantize.h"
 #include "text/bpe_trainer.h"
@@ -42,12 +43,6 @@ std::vector<LayerKind> kinds(const std::string& p) {
   return v;
 }
 
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 uint64_t hash_name(const std::string& s, uint64_t seed) {
   uint64_t h = 1469598103934665603ull ^ seed;
   for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
