@@ -15,9 +15,10 @@
 #include "kernels/ops.h"
 #include "model/mtp.h"
 #include "model/nemotron_h.h"
-#include "spec/drafter.h"
-#include "spec/mtp_drafter.h"
-#include "spec/speculative.h"
+#include "speculative/drafter.h"
+#include "speculative/mtp_drafter.h"
+#include "engine/generator.h"
+#include "kernels/sampling.h"
 
 namespace nemo::cli {
 
@@ -60,15 +61,221 @@ std::vector<int> parse_list(const std::string& s) {
   return out;
 }
 
+struct BenchOpts {
+  std::string model, spec = "none", gammas = "1,2,3,4,5,6,7", kv_cache = "f32";
+  int64_t prompt = 128, gen = 32;
+  int threads = 0, reps = 1;
+  bool json = false, membw = false, verify_curve = false;
+};
+
+// One benchmark run over one loaded model: each part adds its numbers to `j` and prints them
+// unless --json.
+struct Bench {
+  const BenchOpts& o;
+  const model::NemotronH& m;
+  ThreadConfig tc;
+  std::vector<int32_t> prompt;
+  Rng rng{42};
+  nlohmann::json j;
+  size_t state_bytes = 0;
+  double decode_tok_s = 0;
+
+  engine::GenerateRequest request(int64_t max_tokens) const {
+    return {.prompt = prompt, .max_tokens = max_tokens};  // greedy, no stop tokens
+  }
+
+  static nlohmann::json time_shares(const model::ForwardProfile& p) {
+    const double tot = p.mamba_s + p.attention_s + p.moe_s + p.mlp_s + p.norms_s + p.lm_head_s;
+    return {{"mamba", p.mamba_s / tot}, {"attention", p.attention_s / tot}, {"moe", p.moe_s / tot},
+            {"mlp", p.mlp_s / tot},     {"norms_embed", p.norms_s / tot}, {"lm_head", p.lm_head_s / tot}};
+  }
+  void show_shares(const char* what, const nlohmann::json& b) const {
+    std::printf("%-10s time share: mamba %.0f%%, attention %.0f%%, moe %.0f%%, mlp %.0f%%, norms/embed %.0f%%, "
+                "lm_head %.0f%%\n",
+                what, 100 * b["mamba"].get<double>(), 100 * b["attention"].get<double>(), 100 * b["moe"].get<double>(),
+                100 * b["mlp"].get<double>(), 100 * b["norms_embed"].get<double>(), 100 * b["lm_head"].get<double>());
+  }
+
+  // Prefill of the prompt, then --gen plain decode steps through the engine's decode loop.
+  void plain() {
+    double best_pf = 1e30, best_dec = 1e30;
+    model::ForwardProfile pf_prof, dec_prof;
+    for (int rep = 0; rep < std::max(1, o.reps); ++rep) {
+      engine::Generator g(m, tc);
+      g.begin(request(o.gen + 1));
+      g.set_profile(&pf_prof);
+      double t0 = now_seconds();
+      g.step();
+      best_pf = std::min(best_pf, now_seconds() - t0);
+      g.set_profile(&dec_prof);
+      t0 = now_seconds();
+      while (!g.done()) g.step();
+      if (o.gen > 0) best_dec = std::min(best_dec, now_seconds() - t0);
+      state_bytes = g.state().bytes();
+    }
+    const double pf_tps = double(prompt.size()) / best_pf;
+    decode_tok_s = o.gen > 0 ? double(o.gen) / best_dec : 0.0;
+    const double dec_gb = double(m.decode_bytes_per_token()) / 1e9;
+    j["prompt_tokens"] = prompt.size();
+    j["prefill_tok_s"] = pf_tps;
+    j["decode_tokens"] = o.gen;
+    j["decode_tok_s"] = decode_tok_s;
+    j["decode_gb_per_token"] = dec_gb;
+    j["decode_gb_s"] = dec_gb * decode_tok_s;
+    j["file_gb"] = double(m.store().file_bytes()) / 1e9;
+    j["state_mb"] = double(state_bytes) / 1e6;
+    j["prefill_time_share"] = time_shares(pf_prof);
+    if (o.gen > 0) j["decode_time_share"] = time_shares(dec_prof);
+    if (o.json) return;
+    const auto& cfg = m.config();
+    std::printf("model      %s (%zu layers: %s)\n", j["model"].get<std::string>().c_str(), cfg.layers.size(),
+                cfg.pattern().c_str());
+    std::printf("threads    %d (%s kernels)\n", tc.n_threads, kernels::isa_name(kernels::active_isa()));
+    std::printf("prefill    %lld tokens: %.2f tok/s\n", (long long)prompt.size(), pf_tps);
+    std::printf("decode     %lld tokens: %.2f tok/s (%.3f GB of weights per token -> %.1f GB/s)\n", (long long)o.gen,
+                decode_tok_s, dec_gb, dec_gb * decode_tok_s);
+    show_shares("prefill", j["prefill_time_share"]);
+    if (o.gen > 0) show_shares("decode", j["decode_time_share"]);
+    std::fflush(stdout);
+  }
+
+  void roofline() {
+    const double dec_gb = double(m.decode_bytes_per_token()) / 1e9;
+    const double bw = measure_read_bandwidth(tc);
+    j["read_bandwidth_gb_s"] = bw;
+    j["roofline_tok_s"] = bw / dec_gb;
+    j["roofline_fraction"] = decode_tok_s * dec_gb / bw;
+    if (!o.json)
+      std::printf("roofline   read bandwidth %.1f GB/s -> %.2f tok/s; decode reaches %.0f%%\n", bw, bw / dec_gb,
+                  100.0 * decode_tok_s * dec_gb / bw);
+  }
+
+  // Cost of one target forward of width w (recorded, as a verify round is) after the prompt, and
+  // of rolling it back to one row, relative to one plain decode step.
+  void verify_curve() {
+    const int reps = std::max(3, o.reps);
+    const int64_t V = m.config().vocab_size;
+    std::vector<int32_t> rows(8);
+    for (auto& t : rows) t = int32_t(rng.next() % uint64_t(V));
+    auto time_width = [&](int w, bool record, double* rollback) {
+      std::vector<double> ts, rb;
+      for (int r = 0; r < reps; ++r) {
+        auto st = m.new_state();
+        m.forward(st, prompt, {}, tc);
+        model::ForwardOptions fo;
+        fo.all_logits = true;
+        fo.record = record;
+        const double t0 = now_seconds();
+        m.forward(st, std::span<const int32_t>(rows).first(size_t(w)), fo, tc);
+        ts.push_back(now_seconds() - t0);
+        if (record && rollback) {
+          const double t1 = now_seconds();
+          m.accept(st, 1);  // worst case: replay from the pre-round state, keep one row
+          rb.push_back(now_seconds() - t1);
+        }
+      }
+      if (rollback) *rollback = median(rb);
+      return median(ts);
+    };
+    const double t1 = time_width(1, false, nullptr);
+    nlohmann::json curve = nlohmann::json::array();
+    if (!o.json) std::printf("verify     width: time (x one decode step)\n");
+    for (int w = 1; w <= 8; ++w) {
+      double rb = 0;
+      const double tw = time_width(w, true, &rb);
+      curve.push_back({{"width", w}, {"seconds", tw}, {"relative", tw / t1}, {"rollback_s", rb},
+                       {"rollback_relative", rb / t1}});
+      if (!o.json)
+        std::printf("           %d: %.2f ms (%.2fx)   rollback to 1 row %.3f ms (%.3fx)\n", w, tw * 1e3, tw / t1,
+                    rb * 1e3, rb / t1);
+    }
+    j["decode_step_s"] = t1;
+    j["verify_curve"] = curve;
+  }
+
+  std::unique_ptr<speculative::Drafter> make_drafter(const std::string& kind, const std::vector<int32_t>& script) {
+    const int64_t V = m.config().vocab_size;
+    if (kind == "ngram") return std::make_unique<speculative::NgramDrafter>();
+    if (kind == "oracle") return std::make_unique<speculative::ScriptedDrafter>(script, false, V);
+    if (kind == "wrong") return std::make_unique<speculative::ScriptedDrafter>(script, true, V);
+    if (kind == "mtp") return std::make_unique<speculative::MtpDrafter>(m, tc);
+    fail("--spec '{}': expected none, ngram, mtp, oracle, wrong or all", kind);
+  }
+
+  // Speculative decoding per drafter and γ, side by side with plain decoding of the same prompt;
+  // every run must emit exactly the plain tokens.
+  void speculation() {
+    std::vector<std::string> kinds;
+    if (o.spec == "all") {
+      kinds = {"ngram", "oracle", "wrong"};
+      if (model::MtpHead::present(m)) kinds.push_back("mtp");
+    } else {
+      std::stringstream ss(o.spec);
+      std::string k;
+      while (std::getline(ss, k, ',')) kinds.push_back(k);
+    }
+    const auto req = request(std::max<int64_t>(2, o.gen));
+    std::vector<int32_t> script;
+    engine::Generator plain_gen(m, tc);
+    plain_gen.generate(req, [](int32_t) { return true; });  // warm-up
+    const double t0 = now_seconds();
+    const auto plain = plain_gen.generate(req, [&](int32_t t) {
+      script.push_back(t);
+      return true;
+    });
+    const double plain_s = now_seconds() - t0 - plain.prefill_seconds;
+    const double plain_tps = double(plain.generated_tokens - 1) / plain_s;
+    nlohmann::json runs = nlohmann::json::array();
+    if (!o.json)
+      std::printf("spec       plain decoding %.2f tok/s (%lld tokens)\n", plain_tps, (long long)plain.generated_tokens);
+    for (const auto& kind : kinds) {
+      for (int g : parse_list(o.gammas)) {
+        engine::Generator gen(m, tc, make_drafter(kind, script), g);
+        std::vector<int32_t> out;
+        const double t1 = now_seconds();
+        const auto s = gen.generate(req, [&](int32_t t) {
+                           out.push_back(t);
+                           return true;
+                         }).spec;
+        const double secs = now_seconds() - t1 - s.prefill_s;
+        const double tps = double(s.emitted - 1) / secs;
+        const bool same = out == script;
+        runs.push_back({{"drafter", kind},
+                        {"gamma", g},
+                        {"tok_s", tps},
+                        {"speedup", tps / plain_tps},
+                        {"mean_accept_length", s.mean_accept_length()},
+                        {"acceptance_rate", s.acceptance_rate()},
+                        {"verify_calls", s.rounds},
+                        {"draft_s", s.draft_s},
+                        {"verify_s", s.verify_s},
+                        {"rollback_s", s.rollback_s},
+                        {"identical_to_plain", same}});
+        if (!o.json)
+          std::printf("spec       %-6s gamma %d: %.2f tok/s (%.2fx), accept len %.2f, acceptance %.0f%%, "
+                      "draft %.2fs verify %.2fs rollback %.3fs%s\n",
+                      kind.c_str(), g, tps, tps / plain_tps, s.mean_accept_length(), 100.0 * s.acceptance_rate(),
+                      s.draft_s, s.verify_s, s.rollback_s, same ? "" : "  OUTPUT DIFFERS FROM PLAIN DECODING");
+        if (!same) fail("speculative output differs from plain decoding (drafter {}, gamma {})", kind, g);
+      }
+    }
+    j["spec_plain_tok_s"] = plain_tps;
+    j["spec"] = runs;
+  }
+
+  void memory(double load_s) {
+    const double rss_gb = double(peak_rss_bytes()) / 1e9;
+    j["peak_rss_gb"] = rss_gb;
+    if (o.json) return;
+    std::printf("memory     peak RSS %.3f GB, checkpoint files %.3f GB, state %.1f MB\n", rss_gb,
+                j["file_gb"].get<double>(), double(state_bytes) / 1e6);
+    std::printf("load       %.2f s\n", load_s);
+  }
+};
+
 }  // namespace
 
 std::vector<Command> make_bench_command() {
-  struct BenchOpts {
-    std::string model, spec = "none", gammas = "1,2,3,4,5,6,7", kv_cache = "f32";
-    int64_t prompt = 128, gen = 32;
-    int threads = 0, reps = 1;
-    bool json = false, membw = false, verify_curve = false;
-  };
   auto bo = std::make_shared<BenchOpts>();
   std::vector<Command> v(1);
   v[0].attach_fn = [bo, sub = v[0].sub](CLI::App& app) {
@@ -94,200 +301,17 @@ std::vector<Command> make_bench_command() {
     const double tl = now_seconds();
     auto m = model::NemotronH::load(dir->path, {.kv_dtype = model::parse_kv_dtype(bo->kv_cache)});
     const double load_s = now_seconds() - tl;
-    const auto& cfg = m->config();
-    const ThreadConfig tc{bo->threads > 0 ? bo->threads : default_thread_count()};
-    const int64_t V = cfg.vocab_size;
-    spec::Rng rng(42);
-    std::vector<int32_t> prompt(size_t(std::max<int64_t>(1, bo->prompt)));
-    for (auto& t : prompt) t = int32_t(rng.next() % uint64_t(V));
-    nlohmann::json j = {{"model", dir->path}, {"layers", cfg.pattern()}, {"threads", tc.n_threads},
-                        {"isa", kernels::isa_name(kernels::active_isa())}, {"load_s", load_s}};
-
-    // ---- plain prefill + decode
-    double best_pf = 1e30, best_dec = 1e30;
-    size_t state_bytes = 0;
-    model::ForwardProfile pf_prof, dec_prof;
-    for (int rep = 0; rep < std::max(1, bo->reps); ++rep) {
-      auto st = m->new_state();
-      model::ForwardOptions po, dopt;
-      po.profile = &pf_prof;
-      dopt.profile = &dec_prof;
-      double t0 = now_seconds();
-      auto r = m->forward(st, prompt, po, tc);
-      best_pf = std::min(best_pf, now_seconds() - t0);
-      t0 = now_seconds();
-      for (int64_t i = 0; i < bo->gen; ++i) {
-        const int32_t in[1] = {spec::argmax({r.logits.data(), size_t(V)})};
-        r = m->forward(st, in, dopt, tc);
-      }
-      if (bo->gen > 0) best_dec = std::min(best_dec, now_seconds() - t0);
-      state_bytes = st.bytes();
-    }
-    const double pf_tps = double(prompt.size()) / best_pf;
-    const double dec_tps = bo->gen > 0 ? double(bo->gen) / best_dec : 0.0;
-    const double dec_gb = double(m->decode_bytes_per_token()) / 1e9;
-    j["prompt_tokens"] = prompt.size();
-    j["prefill_tok_s"] = pf_tps;
-    j["decode_tokens"] = bo->gen;
-    j["decode_tok_s"] = dec_tps;
-    j["decode_gb_per_token"] = dec_gb;
-    j["decode_gb_s"] = dec_gb * dec_tps;
-    j["file_gb"] = double(m->store().file_bytes()) / 1e9;
-    j["state_mb"] = double(state_bytes) / 1e6;
-    auto breakdown = [](const model::ForwardProfile& p) {
-      const double tot = p.mamba_s + p.attention_s + p.moe_s + p.mlp_s + p.norms_s + p.lm_head_s;
-      nlohmann::json b = {{"mamba", p.mamba_s / tot}, {"attention", p.attention_s / tot}, {"moe", p.moe_s / tot},
-                          {"mlp", p.mlp_s / tot},     {"norms_embed", p.norms_s / tot}, {"lm_head", p.lm_head_s / tot}};
-      return b;
-    };
-    j["prefill_time_share"] = breakdown(pf_prof);
-    if (bo->gen > 0) j["decode_time_share"] = breakdown(dec_prof);
-    auto show = [](const char* what, const nlohmann::json& b) {
-      std::printf("%-10s time share: mamba %.0f%%, attention %.0f%%, moe %.0f%%, mlp %.0f%%, norms/embed %.0f%%, lm_head %.0f%%\n",
-                  what, 100 * b["mamba"].get<double>(), 100 * b["attention"].get<double>(), 100 * b["moe"].get<double>(),
-                  100 * b["mlp"].get<double>(), 100 * b["norms_embed"].get<double>(), 100 * b["lm_head"].get<double>());
-    };
-    if (!bo->json) {
-      std::printf("model      %s (%zu layers: %s)\n", dir->path.c_str(), cfg.layers.size(), cfg.pattern().c_str());
-      std::printf("threads    %d (%s kernels)\n", tc.n_threads, kernels::isa_name(kernels::active_isa()));
-      std::printf("prefill    %lld tokens: %.2f tok/s\n", (long long)prompt.size(), pf_tps);
-      std::printf("decode     %lld tokens: %.2f tok/s (%.3f GB of weights per token -> %.1f GB/s)\n",
-                  (long long)bo->gen, dec_tps, dec_gb, dec_gb * dec_tps);
-      show("prefill", j["prefill_time_share"]);
-      if (bo->gen > 0) show("decode", j["decode_time_share"]);
-      std::fflush(stdout);
-    }
-    if (bo->membw) {
-      const double bw = measure_read_bandwidth(tc);
-      j["read_bandwidth_gb_s"] = bw;
-      j["roofline_tok_s"] = bw / dec_gb;
-      j["roofline_fraction"] = dec_tps * dec_gb / bw;
-      if (!bo->json)
-        std::printf("roofline   read bandwidth %.1f GB/s -> %.2f tok/s; decode reaches %.0f%%\n", bw, bw / dec_gb,
-                    100.0 * dec_tps * dec_gb / bw);
-    }
-
-    // ---- verify-width curve and rollback cost
-    if (bo->verify_curve) {
-      const int reps = std::max(3, bo->reps);
-      std::vector<int32_t> rows(8);
-      for (auto& t : rows) t = int32_t(rng.next() % uint64_t(V));
-      auto base = m->new_state();
-      m->forward(base, prompt, {}, tc);
-      // Reference: one plain decode step.
-      auto time_width = [&](int w, bool record, double* rollback) {
-        std::vector<double> ts, rb;
-        for (int r = 0; r < reps; ++r) {
-          auto st = m->new_state();
-          m->forward(st, prompt, {}, tc);
-          model::ForwardOptions fo;
-          fo.all_logits = true;
-          fo.record = record;
-          const double t0 = now_seconds();
-          m->forward(st, std::span<const int32_t>(rows).first(size_t(w)), fo, tc);
-          ts.push_back(now_seconds() - t0);
-          if (record && rollback) {
-            const double t1 = now_seconds();
-            m->accept(st, 1);  // worst case: replay from the pre-round state, keep one row
-            rb.push_back(now_seconds() - t1);
-          }
-        }
-        if (rollback) *rollback = median(rb);
-        return median(ts);
-      };
-      const double t1 = time_width(1, false, nullptr);
-      nlohmann::json curve = nlohmann::json::array();
-      if (!bo->json) std::printf("verify     width: time (x one decode step)\n");
-      for (int w = 1; w <= 8; ++w) {
-        double rb = 0;
-        const double tw = time_width(w, true, &rb);
-        curve.push_back({{"width", w}, {"seconds", tw}, {"relative", tw / t1}, {"rollback_s", rb},
-                         {"rollback_relative", rb / t1}});
-        if (!bo->json)
-          std::printf("           %d: %.2f ms (%.2fx)   rollback to 1 row %.3f ms (%.3fx)\n", w, tw * 1e3, tw / t1,
-                      rb * 1e3, rb / t1);
-      }
-      j["decode_step_s"] = t1;
-      j["verify_curve"] = curve;
-    }
-
-    // ---- speculative decoding, side by side with plain decoding
-    if (bo->spec != "none") {
-      std::vector<std::string> kinds;
-      if (bo->spec == "all") {
-        kinds = {"ngram", "oracle", "wrong"};
-        if (model::MtpHead::present(*m)) kinds.push_back("mtp");
-      } else {
-        std::stringstream ss(bo->spec);
-        std::string k;
-        while (std::getline(ss, k, ',')) kinds.push_back(k);
-      }
-      spec::SpeculativeDecoder dec(*m, tc);
-      spec::SpecRequest req;
-      req.prompt = prompt;
-      req.max_tokens = std::max<int64_t>(2, bo->gen);
-      std::vector<int32_t> script;
-      dec.generate(req, nullptr, [](int32_t, std::span<const float>) { return true; });  // warm-up
-      const double t0 = now_seconds();
-      auto plain = dec.generate(req, nullptr, [&](int32_t t, std::span<const float>) {
-        script.push_back(t);
-        return true;
-      });
-      const double plain_s = now_seconds() - t0 - plain.prefill_s;
-      const double plain_tps = double(plain.emitted - 1) / plain_s;
-      nlohmann::json runs = nlohmann::json::array();
-      if (!bo->json)
-        std::printf("spec       plain decoding %.2f tok/s (%lld tokens)\n", plain_tps, (long long)plain.emitted);
-      for (const auto& kind : kinds) {
-        for (int g : parse_list(bo->gammas)) {
-          std::unique_ptr<spec::Drafter> d;
-          if (kind == "ngram") d = std::make_unique<spec::NgramDrafter>();
-          else if (kind == "oracle") d = std::make_unique<spec::ScriptedDrafter>(script, false, V);
-          else if (kind == "wrong") d = std::make_unique<spec::ScriptedDrafter>(script, true, V);
-          else if (kind == "mtp") d = std::make_unique<spec::MtpDrafter>(*m, tc);
-          else fail("--spec '{}': expected none, ngram, mtp, oracle, wrong or all", kind);
-          req.draft_max = g;
-          std::vector<int32_t> out;
-          const double t1 = now_seconds();
-          auto s = dec.generate(req, d.get(), [&](int32_t t, std::span<const float>) {
-            out.push_back(t);
-            return true;
-          });
-          const double secs = now_seconds() - t1 - s.prefill_s;
-          const double tps = double(s.emitted - 1) / secs;
-          const bool same = out == script;
-          runs.push_back({{"drafter", kind},
-                          {"gamma", g},
-                          {"tok_s", tps},
-                          {"speedup", tps / plain_tps},
-                          {"mean_accept_length", s.mean_accept_length()},
-                          {"acceptance_rate", s.acceptance_rate()},
-                          {"verify_calls", s.rounds},
-                          {"draft_s", s.draft_s},
-                          {"verify_s", s.verify_s},
-                          {"rollback_s", s.rollback_s},
-                          {"identical_to_plain", same}});
-          if (!bo->json)
-            std::printf("spec       %-6s gamma %d: %.2f tok/s (%.2fx), accept len %.2f, acceptance %.0f%%, "
-                        "draft %.2fs verify %.2fs rollback %.3fs%s\n",
-                        kind.c_str(), g, tps, tps / plain_tps, s.mean_accept_length(), 100.0 * s.acceptance_rate(),
-                        s.draft_s, s.verify_s, s.rollback_s, same ? "" : "  OUTPUT DIFFERS FROM PLAIN DECODING");
-          if (!same) fail("speculative output differs from plain decoding (drafter {}, gamma {})", kind, g);
-        }
-      }
-      j["spec_plain_tok_s"] = plain_tps;
-      j["spec"] = runs;
-    }
-
-    const double rss_gb = double(peak_rss_bytes()) / 1e9;
-    j["peak_rss_gb"] = rss_gb;
-    if (bo->json) {
-      std::printf("%s\n", j.dump(2).c_str());
-    } else {
-      std::printf("memory     peak RSS %.3f GB, checkpoint files %.3f GB, state %.1f MB\n", rss_gb,
-                  j["file_gb"].get<double>(), double(state_bytes) / 1e6);
-      std::printf("load       %.2f s\n", load_s);
-    }
+    Bench b{*bo, *m, ThreadConfig{bo->threads > 0 ? bo->threads : default_thread_count()}, {}};
+    b.prompt.resize(size_t(std::max<int64_t>(1, bo->prompt)));
+    for (auto& t : b.prompt) t = int32_t(b.rng.next() % uint64_t(m->config().vocab_size));
+    b.j = {{"model", dir->path}, {"layers", m->config().pattern()}, {"threads", b.tc.n_threads},
+           {"isa", kernels::isa_name(kernels::active_isa())}, {"load_s", load_s}};
+    b.plain();
+    if (bo->membw) b.roofline();
+    if (bo->verify_curve) b.verify_curve();
+    if (bo->spec != "none") b.speculation();
+    b.memory(load_s);
+    if (bo->json) std::printf("%s\n", b.j.dump(2).c_str());
     return 0;
   };
   return v;

@@ -11,7 +11,7 @@
 #include "base/threads.h"
 #include "cli/commands.h"
 #include "engine/generator.h"
-#include "spec/sampler.h"
+#include "kernels/sampling.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
 #include "model/mtp.h"
@@ -117,37 +117,34 @@ std::vector<Command> make_generate_commands() {
     if (prompt.empty()) fail("--ids: empty prompt");
     const int64_t V = m->config().vocab_size;
     const auto tc = threads_of(dopt->threads);
-    auto st = m->new_state();
-    model::ForwardOptions fo;
-    fo.all_logits = true;
-    fo.want_hidden = dopt->mtp;
-    auto r = m->forward(st, prompt, fo, tc);
+    // The engine's decode loop, greedy, no stop tokens: prompt rows' logits, then one row per token.
+    engine::Generator g(*m, tc);
+    g.begin({.prompt = prompt, .max_tokens = std::max<int64_t>(1, dopt->gen), .prompt_logits = true});
+    std::ofstream bin(dopt->out + ".f32", std::ios::binary);
+    if (!bin) fail("{}: cannot write", dopt->out + ".f32");
+    std::vector<int32_t> toks;
+    do {
+      const auto step = g.step();
+      const bool prefill = g.stats().rounds == 0;  // the first step prefills; later steps are decode rounds
+      const std::span<const float> rows = prefill ? g.prompt_logits() : step[0].logits;
+      bin.write(reinterpret_cast<const char*>(rows.data()), std::streamsize(rows.size_bytes()));
+      if (int64_t(toks.size()) < dopt->gen) toks.push_back(step[0].token);
+    } while (!g.done() && int64_t(toks.size()) < dopt->gen);
     if (dopt->mtp) {
+      // MTP slot i pairs (h_i, t_{i+1}); the last prompt slot pairs with the first greedy token.
+      auto st = m->new_state();
+      const auto r = m->forward(st, prompt, {.all_logits = true, .want_hidden = true}, tc);
       auto head = model::MtpHead::load(*m);
       auto ms = head->new_state();
       const int64_t T = int64_t(prompt.size()), H = m->config().hidden_size;
       std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
-      next.push_back(spec::argmax({r.logits.data() + (T - 1) * V, size_t(V)}));
+      next.push_back(kernels::argmax({r.logits.data() + (T - 1) * V, size_t(V)}));
       Buffer<float> hout(size_t(T * H)), lg(size_t(T * V));
       head->forward(ms, r.hidden.data(), next, hout.data(), tc);
       m->logits_from_hidden(hout.data(), T, lg.data(), tc);
       std::ofstream mb(dopt->out + ".mtp.f32", std::ios::binary);
       mb.write(reinterpret_cast<const char*>(lg.data()), std::streamsize(lg.bytes()));
       if (!mb) fail("{}: write failed", dopt->out + ".mtp.f32");
-    }
-    std::ofstream bin(dopt->out + ".f32", std::ios::binary);
-    if (!bin) fail("{}: cannot write", dopt->out + ".f32");
-    bin.write(reinterpret_cast<const char*>(r.logits.data()), std::streamsize(r.logits.bytes()));
-    std::vector<int32_t> toks;
-    const float* last = r.logits.data() + (r.rows - 1) * V;
-    for (int64_t i = 0; i < dopt->gen; ++i) {
-      const int32_t t = spec::argmax({last, size_t(V)});
-      toks.push_back(t);
-      if (i + 1 == dopt->gen) break;
-      const int32_t in[1] = {t};
-      r = m->forward(st, in, {}, tc);
-      bin.write(reinterpret_cast<const char*>(r.logits.data()), std::streamsize(r.logits.bytes()));
-      last = r.logits.data();
     }
     if (!bin) fail("{}: write failed", dopt->out + ".f32");
     nlohmann::json j = {{"prompt", prompt},       {"tokens", toks},

@@ -8,7 +8,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
-#include "model/inspect.h"
+#include "tools/inspect/inspect.h"
 
 namespace nemo::cli {
 
@@ -31,11 +31,11 @@ std::vector<Command> make_inspect_command() {
   };
   v[0].run = [o]() {
     if (o->context < 0) fail("--context {}: must be >= 0", o->context);
-    model::InspectReport r = model::inspect_dir(o->dir);
-    if (!o->draft.empty()) model::pair_drafter(r, model::inspect_dir(o->draft));
-    model::apply_requirements(r, {.mtp = o->require_mtp});
-    if (o->json) std::printf("%s\n", model::to_json(r, o->context).dump(2).c_str());
-    else std::fputs(model::to_text(r, o->context).c_str(), stdout);
+    inspect::InspectReport r = inspect::inspect_dir(o->dir);
+    if (!o->draft.empty()) inspect::pair_drafter(r, inspect::inspect_dir(o->draft));
+    inspect::apply_requirements(r, {.mtp = o->require_mtp});
+    if (o->json) std::printf("%s\n", inspect::to_json(r, o->context).dump(2).c_str());
+    else std::fputs(inspect::to_text(r, o->context).c_str(), stdout);
     std::fflush(stdout);
     for (const auto& p : r.problems) std::fprintf(stderr, "error: %s\n", p.c_str());
     return r.runnable() ? 0 : 1;

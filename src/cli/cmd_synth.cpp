@@ -7,7 +7,7 @@
 #include "base/error.h"
 #include "base/threads.h"
 #include "cli/commands.h"
-#include "synth/synth.h"
+#include "tools/synth/synth.h"
 
 namespace nemo::cli {
 

@@ -1,17 +1,21 @@
-// Single-sequence generation with optional speculative decoding: picks the drafter (MTP when the
-// checkpoint has one, n-gram, or none), runs the verify loop, streams tokens to a callback and
-// keeps cumulative speculative telemetry.
+// The one decode loop. A Generator runs one sequence at a time: begin(request), then step()
+// until done() — the first step prefills the prompt and samples the first token; every later
+// step is one target forward (a plain decode row, or a verify round over [anchor, drafts] when a
+// drafter is set) and returns the tokens it decided. Steps can be interleaved with other
+// Generators' steps (the server), cancelled at any point, or run to the end by generate().
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "engine/sampler.h"
 #include "model/nemotron_h.h"
-#include "spec/drafter.h"
-#include "spec/sampler.h"
-#include "spec/speculative.h"
+#include "speculative/drafter.h"
+#include "speculative/verify.h"
 
 namespace nemo::engine {
 
@@ -22,14 +26,22 @@ const char* spec_mode_name(SpecMode m);
 struct GenerateRequest {
   std::vector<int32_t> prompt;
   int64_t max_tokens = 64;
-  spec::SamplingParams sampling;
+  SamplingParams sampling;
   std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these
+  bool prompt_logits = false;        // keep the logits of every prompt row (prompt_logits())
+};
+
+// One token decided by a step, with the target logits row it was decided from (valid until the
+// next step()).
+struct Emitted {
+  int32_t token;
+  std::span<const float> logits;
 };
 
 struct GenerateStats {
   int64_t prompt_tokens = 0, generated_tokens = 0;
   double prefill_seconds = 0, decode_seconds = 0;
-  spec::SpecStats spec;
+  speculative::SpecStats spec;
 };
 
 // Called once per generated token; return false to stop.
@@ -37,20 +49,63 @@ using TokenCallback = std::function<bool(int32_t token)>;
 
 class Generator {
  public:
+  static constexpr int kMaxDraft = 15;  // verify width 1 + γ stays within the 16-row invariant path
+
   // Auto: MTP if the checkpoint carries it, else none. Mtp without an MTP module is an error.
   Generator(const model::NemotronH& m, ThreadConfig tc, SpecMode mode = SpecMode::None, int draft_max = 3);
+  // Any drafter (n-gram, scripted oracle, ...); null = plain decoding.
+  Generator(const model::NemotronH& m, ThreadConfig tc, std::unique_ptr<speculative::Drafter> drafter,
+            int draft_max);
+  ~Generator();
+
+  void begin(GenerateRequest req);
+  // Prefill (first call) or one decode / verify round. Empty once done().
+  std::span<const Emitted> step();
+  bool done() const { return done_; }
+  void cancel() { done_ = true; }
+
+  // begin + step until done, calling on_token for every token (false stops the request).
   GenerateStats generate(const GenerateRequest& req, const TokenCallback& on_token);
+
+  // The current (or last) request's telemetry, and the sum over all finished requests.
+  const speculative::SpecStats& stats() const { return s_; }
+  const speculative::SpecStats& cumulative() const { return total_; }
+  // Logits of every prompt row [prompt, V], after the first step of a request with prompt_logits.
+  std::span<const float> prompt_logits() const { return {prompt_logits_.data(), prompt_logits_.size()}; }
+  // Per-block wall time of every forward this Generator runs (for bench); null = off.
+  void set_profile(model::ForwardProfile* p) { profile_ = p; }
+
+  // The current sequence's state (after the first begin()).
+  const model::SequenceState& state() const { return *st_; }
   SpecMode mode() const { return mode_; }
   int draft_max() const { return draft_max_; }
-  const spec::SpecStats& cumulative() const { return total_; }
+  const speculative::Drafter* drafter() const { return drafter_.get(); }
 
  private:
+  void prefill();
+  void round();
+  // Emits `token` (decided from `row`); false once the request has ended.
+  bool emit(int32_t token, std::span<const float> row);
+  void finish();
+
   const model::NemotronH& m_;
   ThreadConfig tc_;
-  SpecMode mode_;
-  int draft_max_;
-  std::unique_ptr<spec::Drafter> drafter_;
-  spec::SpecStats total_;
+  SpecMode mode_ = SpecMode::None;
+  int draft_max_ = 1;
+  std::unique_ptr<speculative::Drafter> drafter_;
+  model::ForwardProfile* profile_ = nullptr;
+
+  // Per request.
+  GenerateRequest req_;
+  std::optional<Sampler> sampler_;
+  std::optional<model::SequenceState> st_;
+  model::ForwardResult r_;
+  std::vector<Emitted> out_;
+  Buffer<float> prompt_logits_;
+  int32_t anchor_ = -1;
+  bool prefilled_ = false, done_ = true, finished_ = true;
+  double t_begin_ = 0;
+  speculative::SpecStats s_, total_;
 };
 
 }  // namespace nemo::engine

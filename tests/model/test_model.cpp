@@ -14,10 +14,10 @@
 #include "base/error.h"
 #include "base/numeric.h"
 #include "kernels/fp8.h"
-#include "spec/sampler.h"
+#include "base/random.h"
 #include "kernels/linear.h"
 #include "model/nemotron_h.h"
-#include "synth/synth.h"
+#include "tools/synth/synth.h"
 
 using namespace nemo;
 using model::ForwardOptions;
@@ -47,7 +47,7 @@ NemotronH& model_for(const std::string& preset, io::DType dt) {
 }
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-  spec::Rng r(seed);
+  Rng r(seed);
   std::vector<int32_t> v(static_cast<size_t>(n));
   for (auto& t : v) t = int32_t(r.next() % uint64_t(vocab));
   return v;

@@ -3,9 +3,11 @@
 #include <cmath>
 #include <map>
 
-#include "spec/sampler.h"
+#include "engine/sampler.h"
 
-using namespace nemo::spec;
+using namespace nemo::engine;
+using nemo::kernels::argmax;
+using nemo::kernels::sampling_distribution;
 
 TEST(Sampler, GreedyTiesToLowestId) {
   std::vector<float> l = {0.1f, 3.0f, 3.0f, -1.0f};

@@ -1,8 +1,8 @@
-#include "spec/mtp_drafter.h"
+#include "speculative/mtp_drafter.h"
 
 #include <algorithm>
 
-namespace nemo::spec {
+namespace nemo::speculative {
 
 MtpDrafter::MtpDrafter(const model::NemotronH& target, ThreadConfig tc)
     : target_(target), head_(model::MtpHead::load(target)), st_(head_->new_state()), tc_(tc) {
@@ -33,27 +33,18 @@ DraftProposal MtpDrafter::propose(int max_n, const SamplingParams& sp, Rng& rng)
   DraftProposal p;
   if (max_n <= 0) return p;
   const int64_t H = target_.config().hidden_size, V = target_.config().vocab_size;
-  const bool sampled = sp.temperature > 0.0f;
+  const bool sampled = !sp.greedy();
   Buffer<float> h(static_cast<size_t>(H)), lg(static_cast<size_t>(V));
   std::copy_n(seed_hidden_.data(), H, h.data());
   std::copy_n(logits_.data(), V, lg.data());
   for (int j = 0; j < max_n; ++j) {
     int32_t tok;
     if (sampled) {
-      auto q = sampling_distribution({lg.data(), size_t(V)}, sp);
-      const double u = rng.uniform();
-      double c = 0.0;
-      tok = q.back().first;
-      for (const auto& [id, pr] : q) {
-        c += pr;
-        if (u < c) {
-          tok = id;
-          break;
-        }
-      }
+      auto q = kernels::sampling_distribution({lg.data(), size_t(V)}, sp);
+      tok = kernels::draw(q, rng);
       p.q.push_back(std::move(q));
     } else {
-      tok = argmax({lg.data(), size_t(V)});
+      tok = kernels::argmax({lg.data(), size_t(V)});
     }
     p.tokens.push_back(tok);
     if (j + 1 == max_n) break;
@@ -73,4 +64,4 @@ void MtpDrafter::commit(std::span<const int32_t> accepted, int32_t next_anchor, 
   run_committed(hidden, next);
 }
 
-}  // namespace nemo::spec
+}  // namespace nemo::speculative

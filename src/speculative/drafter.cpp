@@ -1,8 +1,8 @@
-#include "spec/drafter.h"
+#include "speculative/drafter.h"
 
 #include <algorithm>
 
-namespace nemo::spec {
+namespace nemo::speculative {
 
 void NgramDrafter::begin(std::span<const int32_t> prompt, const float*, int32_t anchor) {
   seq_.assign(prompt.begin(), prompt.end());
@@ -37,4 +37,4 @@ DraftProposal ScriptedDrafter::propose(int max_n, const SamplingParams&, Rng&) {
   return p;
 }
 
-}  // namespace nemo::spec
+}  // namespace nemo::speculative

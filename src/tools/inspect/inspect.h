@@ -16,7 +16,7 @@
 #include "io/quant_config.h"
 #include "io/safetensors.h"
 
-namespace nemo::model {
+namespace nemo::inspect {
 
 inline constexpr int kInspectSchemaVersion = 1;
 
@@ -130,4 +130,4 @@ void apply_requirements(InspectReport& r, const InspectRequire& req);
 nlohmann::json to_json(const InspectReport& r, int64_t context = 4096);
 std::string to_text(const InspectReport& r, int64_t context = 4096);
 
-}  // namespace nemo::model
+}  // namespace nemo::inspect

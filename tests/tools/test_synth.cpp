@@ -12,7 +12,7 @@
 #include "base/error.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
-#include "synth/synth.h"
+#include "tools/synth/synth.h"
 
 using namespace nemo;
 

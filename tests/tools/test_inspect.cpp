@@ -11,9 +11,9 @@
 #include "../support/temp_dir.h"
 #include "base/numeric.h"
 #include "io/safetensors.h"
-#include "model/inspect.h"
+#include "tools/inspect/inspect.h"
 #include "model/state.h"
-#include "synth/synth.h"
+#include "tools/synth/synth.h"
 
 using namespace nemo;
 using json = nlohmann::json;
@@ -39,8 +39,8 @@ uint64_t sum_values(const json& obj) {
   return s;
 }
 
-std::vector<model::InspectTensor> as_inspect(const std::vector<synth::SynthTensor>& layout) {
-  std::vector<model::InspectTensor> v;
+std::vector<inspect::InspectTensor> as_inspect(const std::vector<synth::SynthTensor>& layout) {
+  std::vector<inspect::InspectTensor> v;
   for (const auto& t : layout) v.push_back({t.name, t.dtype, t.shape});
   return v;
 }
@@ -91,12 +91,12 @@ void rewrite(const std::string& dir, const std::string& drop, const std::string&
   write_tensors(path, specs);
 }
 
-model::InspectReport synth_report(const std::string& preset, const test::TempDir& d, DType dt, bool mtp = true) {
+inspect::InspectReport synth_report(const std::string& preset, const test::TempDir& d, DType dt, bool mtp = true) {
   synth::SynthOptions o;
   o.dtype = dt;
   o.mtp = mtp;
   synth::write_checkpoint(synth::preset_config(preset), d.path(), o);
-  return model::inspect_dir(d.path());
+  return inspect::inspect_dir(d.path());
 }
 
 }  // namespace
@@ -104,7 +104,7 @@ model::InspectReport synth_report(const std::string& preset, const test::TempDir
 TEST(Inspect, LightningLayoutCounts) {
   const io::ModelConfig c = synth::preset_config("lightning");
   const auto tensors = as_inspect(synth::checkpoint_layout(c, {}));
-  const model::InspectReport r = model::inspect_target(c, io::QuantConfig{}, tensors, "lightning-layout");
+  const inspect::InspectReport r = inspect::inspect_target(c, io::QuantConfig{}, tensors, "lightning-layout");
   EXPECT_TRUE(r.runnable()) << join(r.problems);
   const auto& p = r.params;
   // Spec nemotron_h.md §7: ≈31.6 B total, ≈3.2–3.6 B active depending on the embedding.
@@ -142,10 +142,10 @@ class InspectSynth : public testing::TestWithParam<std::tuple<std::string, DType
 TEST_P(InspectSynth, JsonFields) {
   const auto& [preset, dt] = GetParam();
   test::TempDir d;
-  const model::InspectReport r = synth_report(preset, d, dt);
+  const inspect::InspectReport r = synth_report(preset, d, dt);
   const io::ModelConfig c = synth::preset_config(preset);
-  const json j = model::to_json(r, 100);
-  ASSERT_EQ(j["schema_version"], model::kInspectSchemaVersion);
+  const json j = inspect::to_json(r, 100);
+  ASSERT_EQ(j["schema_version"], inspect::kInspectSchemaVersion);
   EXPECT_EQ(j["kind"], "target");
   EXPECT_TRUE(j["runnable"].get<bool>()) << j["problems"].dump();
   EXPECT_TRUE(j["problems"].empty());
@@ -185,7 +185,7 @@ TEST_P(InspectSynth, JsonFields) {
   EXPECT_EQ(j["state"]["kv_bytes_per_token"].get<size_t>(), s.kv_bytes_per_token());
   EXPECT_EQ(j["memory"]["resident_bytes"].get<uint64_t>(),
             j["tensors"]["used_bytes"].get<uint64_t>() + s.fixed_bytes() + 100 * s.kv_bytes_per_token());
-  EXPECT_FALSE(model::to_text(r).empty());
+  EXPECT_FALSE(inspect::to_text(r).empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, InspectSynth,
@@ -198,11 +198,11 @@ TEST(Inspect, MissingAndMisshapenTensors) {
   const io::ModelConfig c = synth::preset_config("tiny-a");
   rewrite(d.path(), "backbone.layers.0.mixer.out_proj.weight", "backbone.layers.1.mixer.k_proj.weight",
           {c.num_key_value_heads * c.head_dim + 1, c.hidden_size});
-  const model::InspectReport r = model::inspect_dir(d.path());
+  const inspect::InspectReport r = inspect::inspect_dir(d.path());
   EXPECT_FALSE(r.runnable());
   EXPECT_TRUE(mentions(r.problems, "missing tensor backbone.layers.0.mixer.out_proj.weight")) << join(r.problems);
   EXPECT_TRUE(mentions(r.problems, "backbone.layers.1.mixer.k_proj")) << join(r.problems);
-  const json j = model::to_json(r);
+  const json j = inspect::to_json(r);
   EXPECT_FALSE(j["runnable"].get<bool>());
   EXPECT_EQ(j["problems"].size(), 2u);
 }
@@ -210,46 +210,46 @@ TEST(Inspect, MissingAndMisshapenTensors) {
 TEST(Inspect, RequireMtp) {
   {
     test::TempDir d;
-    model::InspectReport r = synth_report("tiny-b", d, DType::BF16);
+    inspect::InspectReport r = synth_report("tiny-b", d, DType::BF16);
     EXPECT_TRUE(r.runnable());
-    model::apply_requirements(r, {.mtp = true});
+    inspect::apply_requirements(r, {.mtp = true});
     EXPECT_FALSE(r.runnable());
     EXPECT_TRUE(mentions(r.problems, "--require-mtp")) << join(r.problems);
   }
   {
     test::TempDir d;
-    model::InspectReport r = synth_report("tiny-a", d, DType::BF16);
-    model::apply_requirements(r, {.mtp = true});
+    inspect::InspectReport r = synth_report("tiny-a", d, DType::BF16);
+    inspect::apply_requirements(r, {.mtp = true});
     EXPECT_TRUE(r.runnable()) << join(r.problems);
   }
   {  // declared but dropped (as MLX conversions do): runnable, but no MTP
     test::TempDir d;
-    model::InspectReport r = synth_report("tiny-a", d, DType::BF16, /*mtp=*/false);
+    inspect::InspectReport r = synth_report("tiny-a", d, DType::BF16, /*mtp=*/false);
     EXPECT_TRUE(r.runnable()) << join(r.problems);
     EXPECT_FALSE(r.mtp.complete);
-    model::apply_requirements(r, {.mtp = true});
+    inspect::apply_requirements(r, {.mtp = true});
     EXPECT_TRUE(mentions(r.problems, "no mtp.* tensors")) << join(r.problems);
   }
   {  // partially present: names the missing tensor
     test::TempDir d;
     synth_report("tiny-a", d, DType::BF16);
     rewrite(d.path(), "mtp.layers.0.eh_proj.weight", "", {});
-    model::InspectReport r = model::inspect_dir(d.path());
+    inspect::InspectReport r = inspect::inspect_dir(d.path());
     EXPECT_TRUE(r.runnable());
-    model::apply_requirements(r, {.mtp = true});
+    inspect::apply_requirements(r, {.mtp = true});
     EXPECT_TRUE(mentions(r.problems, "mtp.layers.0.eh_proj.weight")) << join(r.problems);
   }
 }
 
 TEST(Inspect, NotACheckpoint) {
   test::TempDir d;
-  model::InspectReport r = model::inspect_dir(d.path());
+  inspect::InspectReport r = inspect::inspect_dir(d.path());
   EXPECT_FALSE(r.runnable());
   EXPECT_TRUE(mentions(r.problems, "config.json")) << join(r.problems);
   write_json(d.file("config.json"), {{"model_type", "llama"}, {"architectures", {"LlamaForCausalLM"}}});
-  r = model::inspect_dir(d.path());
+  r = inspect::inspect_dir(d.path());
   EXPECT_TRUE(mentions(r.problems, "unrecognised checkpoint")) << join(r.problems);
-  EXPECT_EQ(model::to_json(r)["kind"], "unknown");
+  EXPECT_EQ(inspect::to_json(r)["kind"], "unknown");
 }
 
 // ---- Hand-built quantized checkpoints (independent of the synth writer's formats) ----
@@ -307,10 +307,10 @@ TEST(Inspect, HandBuiltNvfp4) {
   test::TempDir d;
   write_nvfp4_e(d.path(), false);
   const io::ModelConfig c = e_config();
-  const model::InspectReport r = model::inspect_dir(d.path());
+  const inspect::InspectReport r = inspect::inspect_dir(d.path());
   ASSERT_TRUE(r.runnable()) << join(r.problems);
   EXPECT_EQ(r.modules_by_format.at("nvfp4"), 2 * c.n_routed_experts);
-  const json j = model::to_json(r);
+  const json j = inspect::to_json(r);
   EXPECT_EQ(j["quantization"]["format"], "modelopt");
   EXPECT_EQ(j["quantization"]["algo"], "MIXED_PRECISION");
   // Logical params equal the dense layout's; packed bytes are 4.5 bits per routed weight.
@@ -331,7 +331,7 @@ TEST(Inspect, HandBuiltNvfp4) {
 TEST(Inspect, HandBuiltNvfp4MissingScaleNamesModule) {
   test::TempDir d;
   write_nvfp4_e(d.path(), true);
-  const model::InspectReport r = model::inspect_dir(d.path());
+  const inspect::InspectReport r = inspect::inspect_dir(d.path());
   EXPECT_FALSE(r.runnable());
   EXPECT_TRUE(mentions(r.problems, "backbone.layers.0.mixer.experts.3.down_proj.weight_scale_2")) << join(r.problems);
 }
@@ -353,13 +353,13 @@ TEST(Inspect, HandBuiltMlxSwitchMlp) {
   }
   write_tensors(d.file("model.safetensors"), specs);
   write_config(d.path(), c, {{"quantization", {{"group_size", g}, {"bits", 4}, {"mode", "affine"}}}});
-  const model::InspectReport r = model::inspect_dir(d.path());
+  const inspect::InspectReport r = inspect::inspect_dir(d.path());
   ASSERT_TRUE(r.runnable()) << join(r.problems);
   EXPECT_EQ(r.modules_by_format.at("affine4"), 2);
   EXPECT_EQ(r.params.moe_routed, 2 * E * F * H);
   EXPECT_EQ(r.params.active_per_token - r.params.moe_routed / E * c.num_experts_per_tok,
             r.params.total - r.params.moe_routed - r.params.embedding + H);
-  EXPECT_EQ(model::to_json(r)["quantization"]["format"], "mlx");
+  EXPECT_EQ(inspect::to_json(r)["quantization"]["format"], "mlx");
 
   // Stacked experts with the wrong expert count are named.
   specs.erase(std::remove_if(specs.begin(), specs.end(), [&](const Spec& s) { return s.name.find("fc2") != std::string::npos; }),
@@ -368,7 +368,7 @@ TEST(Inspect, HandBuiltMlxSwitchMlp) {
     specs.push_back({p + "fc2" + s, s[1] == 'w' ? DType::U32 : DType::BF16,
                      {E - 1, H, s[1] == 'w' ? F * 4 / 32 : F / g}});
   write_tensors(d.file("model.safetensors"), specs);
-  const model::InspectReport bad = model::inspect_dir(d.path());
+  const inspect::InspectReport bad = inspect::inspect_dir(d.path());
   EXPECT_FALSE(bad.runnable());
   EXPECT_TRUE(mentions(bad.problems, "switch_mlp.fc2")) << join(bad.problems);
 }
@@ -424,47 +424,47 @@ TEST(Inspect, HandBuiltDrafterPairing) {
   write_dflash(good.path(), c, {1, 3, 5});
   write_dflash(bad_taps.path(), c, {1, 6});
 
-  const model::InspectReport dr = model::inspect_dir(good.path());
+  const inspect::InspectReport dr = inspect::inspect_dir(good.path());
   ASSERT_TRUE(dr.runnable()) << join(dr.problems);
   ASSERT_TRUE(dr.drafter.has_value());
   EXPECT_EQ(dr.drafter->kind, "dflash");
   EXPECT_EQ(dr.drafter->target_layer_ids, (std::vector<int64_t>{1, 3, 5}));
-  const json dj = model::to_json(dr);
+  const json dj = inspect::to_json(dr);
   EXPECT_EQ(dj["kind"], "drafter");
   EXPECT_EQ(dj["drafter"]["num_layers"], 2);
   EXPECT_EQ(dj["drafter"]["mask_token_id"], 5);
   EXPECT_TRUE(dj["architecture"].is_null());
   EXPECT_EQ(sum_values(dj["formats"]["bytes"]), io::TensorStore::open_dir(good.path()).total_bytes());
 
-  model::InspectReport t = model::inspect_dir(target.path());
-  model::pair_drafter(t, model::inspect_dir(good.path()));
+  inspect::InspectReport t = inspect::inspect_dir(target.path());
+  inspect::pair_drafter(t, inspect::inspect_dir(good.path()));
   EXPECT_TRUE(t.runnable()) << join(t.problems);
-  json j = model::to_json(t);
+  json j = inspect::to_json(t);
   EXPECT_TRUE(j["pairing"]["ok"].get<bool>());
   EXPECT_EQ(j["draft"]["kind"], "drafter");
 
-  model::InspectReport t2 = model::inspect_dir(target.path());
-  model::pair_drafter(t2, model::inspect_dir(bad_taps.path()));
+  inspect::InspectReport t2 = inspect::inspect_dir(target.path());
+  inspect::pair_drafter(t2, inspect::inspect_dir(bad_taps.path()));
   EXPECT_FALSE(t2.runnable());
   EXPECT_TRUE(mentions(t2.problems, "out of range: [6]")) << join(t2.problems);
-  EXPECT_FALSE(model::to_json(t2)["pairing"]["ok"].get<bool>());
+  EXPECT_FALSE(inspect::to_json(t2)["pairing"]["ok"].get<bool>());
 
   // Hidden-size mismatch (target tiny-b: hidden 96).
   test::TempDir tb;
   synth_report("tiny-b", tb, DType::BF16);
-  model::InspectReport t3 = model::inspect_dir(tb.path());
-  model::pair_drafter(t3, model::inspect_dir(good.path()));
+  inspect::InspectReport t3 = inspect::inspect_dir(tb.path());
+  inspect::pair_drafter(t3, inspect::inspect_dir(good.path()));
   EXPECT_TRUE(mentions(t3.problems, "hidden_size")) << join(t3.problems);
 
   // A target passed as --draft, and an unknown drafter config.
-  model::InspectReport t4 = model::inspect_dir(target.path());
-  model::pair_drafter(t4, model::inspect_dir(target.path()));
+  inspect::InspectReport t4 = inspect::inspect_dir(target.path());
+  inspect::pair_drafter(t4, inspect::inspect_dir(target.path()));
   EXPECT_TRUE(mentions(t4.problems, "not a recognised drafter")) << join(t4.problems);
   json unk = dflash_config(c, {1});
   unk.erase("dflash_config");
   unk["architectures"] = {"MysteryDraftModel"};
   write_json(good.file("config.json"), unk);
-  EXPECT_TRUE(mentions(model::inspect_dir(good.path()).problems, "unrecognised")) << "";
+  EXPECT_TRUE(mentions(inspect::inspect_dir(good.path()).problems, "unrecognised")) << "";
 }
 
 // ---- The synth writer's quantized formats and drafters ----
@@ -474,7 +474,7 @@ TEST(Inspect, SynthFormatsAndDrafters) {
   test::TempDir dense;
   synth::SynthOptions o;
   synth::write_checkpoint(c, dense.path(), o);
-  const model::InspectReport base = model::inspect_dir(dense.path());
+  const inspect::InspectReport base = inspect::inspect_dir(dense.path());
   ASSERT_TRUE(base.runnable()) << join(base.problems);
   for (const auto& [fmt, bucket, algo] : {std::tuple{"modelopt", "nvfp4", "modelopt"}, {"mlx4", "affine4", "mlx"},
                                           {"mlx8", "affine8", "mlx"}}) {
@@ -483,9 +483,9 @@ TEST(Inspect, SynthFormatsAndDrafters) {
     synth::SynthOptions q;
     q.format = synth::parse_synth_format(fmt);
     synth::write_checkpoint(c, d.path(), q);
-    const model::InspectReport r = model::inspect_dir(d.path());
+    const inspect::InspectReport r = inspect::inspect_dir(d.path());
     EXPECT_TRUE(r.runnable()) << join(r.problems);
-    const json j = model::to_json(r);
+    const json j = inspect::to_json(r);
     EXPECT_EQ(j["quantization"]["format"], algo);
     EXPECT_GT(r.modules_by_format.count(bucket) ? r.modules_by_format.at(bucket) : 0, 0);
     EXPECT_EQ(sum_values(j["formats"]["bytes"]), io::TensorStore::open_dir(d.path()).total_bytes());
@@ -499,10 +499,10 @@ TEST(Inspect, SynthFormatsAndDrafters) {
     SCOPED_TRACE(kind);
     test::TempDir d;
     synth::write_drafter_checkpoint(synth::parse_drafter_kind(kind), c, d.path(), o);
-    model::InspectReport t = model::inspect_dir(dense.path());
-    model::pair_drafter(t, model::inspect_dir(d.path()));
+    inspect::InspectReport t = inspect::inspect_dir(dense.path());
+    inspect::pair_drafter(t, inspect::inspect_dir(d.path()));
     EXPECT_TRUE(t.runnable()) << join(t.problems);
-    const json j = model::to_json(t);
+    const json j = inspect::to_json(t);
     EXPECT_TRUE(j["pairing"]["ok"].get<bool>());
     EXPECT_EQ(j["draft"]["drafter"]["kind"], kind);
     EXPECT_GT(j["draft"]["formats"]["modules"]["nvfp4"].get<int64_t>(), 0);

@@ -5,9 +5,9 @@
 #include <memory>
 
 #include "model/mtp.h"
-#include "spec/drafter.h"
+#include "speculative/drafter.h"
 
-namespace nemo::spec {
+namespace nemo::speculative {
 
 class MtpDrafter : public Drafter {
  public:
@@ -32,4 +32,4 @@ class MtpDrafter : public Drafter {
   Buffer<float> seed_hidden_, logits_;  // [H], [V]
 };
 
-}  // namespace nemo::spec
+}  // namespace nemo::speculative

@@ -1,33 +1,12 @@
-#include "spec/sampler.h"
+#include "kernels/sampling.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "base/error.h"
-#include "base/random.h"
 
-namespace nemo::spec {
-
-namespace {
-inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-}  // namespace
-
-Rng::Rng(uint64_t seed) {
-  uint64_t x = seed;
-  for (auto& s : s_) s = splitmix64(x);
-}
-uint64_t Rng::next() {
-  const uint64_t r = rotl(s_[1] * 5, 7) * 9, t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return r;
-}
-double Rng::uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }
+namespace nemo::kernels {
 
 int32_t argmax(std::span<const float> logits) {
   int32_t best = 0;
@@ -36,10 +15,10 @@ int32_t argmax(std::span<const float> logits) {
   return best;
 }
 
-std::vector<std::pair<int32_t, double>> sampling_distribution(std::span<const float> logits, const SamplingParams& p) {
+Distribution sampling_distribution(std::span<const float> logits, const SamplingParams& p) {
   const size_t V = logits.size();
   if (V == 0) fail("sampling: empty logits");
-  if (p.temperature <= 0.0f) return {{argmax(logits), 1.0}};
+  if (p.greedy()) return {{argmax(logits), 1.0}};
   std::vector<int32_t> idx(V);
   std::iota(idx.begin(), idx.end(), 0);
   auto by_logit = [&](int32_t a, int32_t b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; };
@@ -52,7 +31,7 @@ std::vector<std::pair<int32_t, double>> sampling_distribution(std::span<const fl
   }
   idx.resize(keep);
   // Softmax in double over the kept candidates (largest first, so no overflow).
-  std::vector<std::pair<int32_t, double>> d;
+  Distribution d;
   d.reserve(keep);
   const double mx = double(logits[idx[0]]) / p.temperature;
   double sum = 0.0;
@@ -84,16 +63,20 @@ std::vector<std::pair<int32_t, double>> sampling_distribution(std::span<const fl
   return d;
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
-  if (p_.temperature <= 0.0f) return argmax(logits);
-  const auto d = sampling_distribution(logits, p_);
-  const double u = rng_.uniform();
+int32_t draw(const Distribution& d, Rng& rng) {
+  const double u = rng.uniform();
   double c = 0.0;
-  for (const auto& [id, pr] : d) {
-    c += pr;
+  for (const auto& [id, p] : d) {
+    c += p;
     if (u < c) return id;
   }
   return d.back().first;
 }
 
-}  // namespace nemo::spec
+double prob_of(const Distribution& d, int32_t id) {
+  for (const auto& [i, p] : d)
+    if (i == id) return p;
+  return 0.0;
+}
+
+}  // namespace nemo::kernels

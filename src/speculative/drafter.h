@@ -1,7 +1,7 @@
 // The drafter interface every speculative-decoding proposer implements (MTP, n-gram, and next
 // DFlash/DSpark). A drafter proposes up to γ tokens continuing the committed sequence, is told
 // what the target accepted, and keeps its own caches consistent. Nothing a drafter does can
-// change the target's output: the verify loop (speculative.h) decides every emitted token.
+// change the target's output: the verify rule (speculative/verify.h) decides every emitted token.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -9,15 +9,18 @@
 #include <utility>
 #include <vector>
 
-#include "spec/sampler.h"
+#include "base/random.h"
+#include "kernels/sampling.h"
 
-namespace nemo::spec {
+namespace nemo::speculative {
+
+using kernels::SamplingParams;
 
 struct DraftProposal {
   std::vector<int32_t> tokens;
   // For sampled drafts: the distribution each token was drawn from, as (id, prob) pairs.
   // Empty = deterministic drafts (a one-hot q), the common case for greedy drafting.
-  std::vector<std::vector<std::pair<int32_t, double>>> q;
+  std::vector<kernels::Distribution> q;
 };
 
 class Drafter {
@@ -73,4 +76,4 @@ class ScriptedDrafter : public Drafter {
   int64_t pos_ = 1;  // index in script_ of the token after the current anchor
 };
 
-}  // namespace nemo::spec
+}  // namespace nemo::speculative

@@ -15,13 +15,13 @@
 #include "engine/generator.h"
 #include "model/mtp.h"
 #include "model/nemotron_h.h"
-#include "spec/drafter.h"
-#include "spec/mtp_drafter.h"
-#include "spec/speculative.h"
-#include "synth/synth.h"
+#include "speculative/drafter.h"
+#include "speculative/mtp_drafter.h"
+#include "speculative/verify.h"
+#include "tools/synth/synth.h"
 
 using namespace nemo;
-using namespace nemo::spec;
+using namespace nemo::speculative;
 
 namespace {
 
@@ -48,14 +48,40 @@ struct SpecRun {
   SpecStats stats;
 };
 
+// What a test asks for: a generation request plus the draft length.
+struct SpecRequest {
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 64;
+  SamplingParams sampling;
+  std::vector<int32_t> stop_tokens;
+  int draft_max = 4;
+};
+
+// Lends a test-owned drafter to a Generator (which owns its drafter).
+class Borrowed : public Drafter {
+ public:
+  explicit Borrowed(Drafter& d) : d_(d) {}
+  std::string name() const override { return d_.name(); }
+  bool wants_hidden() const override { return d_.wants_hidden(); }
+  void begin(std::span<const int32_t> p, const float* h, int32_t a) override { d_.begin(p, h, a); }
+  DraftProposal propose(int n, const SamplingParams& sp, Rng& rng) override { return d_.propose(n, sp, rng); }
+  void commit(std::span<const int32_t> acc, int32_t next, const float* h) override { d_.commit(acc, next, h); }
+
+ private:
+  Drafter& d_;
+};
+
+// Runs the engine's one decode loop step by step, recording every token and its logits row.
 SpecRun run(const model::NemotronH& m, const SpecRequest& req, Drafter* d, int threads = 1) {
   SpecRun r;
-  SpeculativeDecoder dec(m, ThreadConfig{threads});
-  r.stats = dec.generate(req, d, [&](int32_t t, std::span<const float> lg) {
-    r.tokens.push_back(t);
-    r.logits.insert(r.logits.end(), lg.begin(), lg.end());
-    return true;
-  });
+  engine::Generator g(m, ThreadConfig{threads}, d ? std::make_unique<Borrowed>(*d) : nullptr, req.draft_max);
+  g.begin({req.prompt, req.max_tokens, req.sampling, req.stop_tokens});
+  while (!g.done())
+    for (const engine::Emitted& e : g.step()) {
+      r.tokens.push_back(e.token);
+      r.logits.insert(r.logits.end(), e.logits.begin(), e.logits.end());
+    }
+  r.stats = g.stats();
   return r;
 }
 

@@ -1,4 +1,4 @@
-#include "model/inspect.h"
+#include "tools/inspect/inspect.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -11,7 +11,7 @@
 
 #include "base/error.h"
 
-namespace nemo::model {
+namespace nemo::inspect {
 
 using io::DType;
 using io::LayerKind;
@@ -1050,4 +1050,4 @@ std::string to_text(const InspectReport& r, int64_t context) {
   return o;
 }
 
-}  // namespace nemo::model
+}  // namespace nemo::inspect

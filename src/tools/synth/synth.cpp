@@ -1,4 +1,4 @@
-#include "synth/synth.h"
+#include "tools/synth/synth.h"
 
 #include <algorithm>
 #include <cmath>
