@@ -247,12 +247,6 @@ void parse_mlx(const json& q, const std::string& file, QuantConfig& qc) {
 
 bool is_float_dtype(DType t) { return t == DType::BF16 || t == DType::F16 || t == DType::F32; }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 }  // namespace
 
 const std::string* QuantConfig::excluded_by(const std::string& module) const {

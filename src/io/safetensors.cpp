@@ -60,11 +60,12 @@ int64_t TensorView::numel() const {
   for (auto d : shape) n *= d;
   return n;
 }
-std::string TensorView::shape_str() const {
+std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
 }
+std::string TensorView::shape_str() const { return io::shape_str(shape); }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
   const uint64_t size = map_.size();

@@ -21,6 +21,8 @@ const char* dtype_name(DType t);
 bool dtype_from_name(std::string_view s, DType* out);
 // Size in bits of one element.
 int dtype_bits(DType t);
+// "[2, 3]": a shape as messages print it.
+std::string shape_str(const std::vector<int64_t>& shape);
 
 struct TensorView {
   std::string name;

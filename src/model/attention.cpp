@@ -9,17 +9,18 @@
 
 namespace nemo::model {
 
-AttentionWeights AttentionWeights::bind(const WeightBinder& b, const std::string& p, const io::ModelConfig& c) {
-  const int64_t H = c.hidden_size, HQ = c.num_attention_heads, HKV = c.num_key_value_heads, HD = c.head_dim;
+AttentionWeights AttentionWeights::bind(const WeightBinder& b, const layout::Block& L) {
+  using layout::Role;
   AttentionWeights w;
-  w.q_proj = b.linear(p + ".q_proj", HQ * HD, H);
-  w.k_proj = b.linear(p + ".k_proj", HKV * HD, H);
-  w.v_proj = b.linear(p + ".v_proj", HKV * HD, H);
-  w.o_proj = b.linear(p + ".o_proj", H, HQ * HD);
-  w.k_scale = b.scalar_or(p + ".k_proj.k_scale", 1.0f);
-  w.v_scale = b.scalar_or(p + ".v_proj.v_scale", 1.0f);
+  w.q_proj = b.linear(L.at(Role::AttnQ));
+  w.k_proj = b.linear(L.at(Role::AttnK));
+  w.v_proj = b.linear(L.at(Role::AttnV));
+  w.o_proj = b.linear(L.at(Role::AttnO));
+  // ModelOpt's FP8 KV-cache scales ride on the k/v projection modules (formats.md §3.5).
+  w.k_scale = b.scalar_or(L.at(Role::AttnK).name + ".k_scale", 1.0f);
+  w.v_scale = b.scalar_or(L.at(Role::AttnV).name + ".v_scale", 1.0f);
   if (!(w.k_scale > 0.0f) || !(w.v_scale > 0.0f))
-    fail("{}: k_scale/v_scale must be positive (got {}, {})", p, w.k_scale, w.v_scale);
+    fail("{}: k_scale/v_scale must be positive (got {}, {})", L.at(Role::AttnK).name, w.k_scale, w.v_scale);
   return w;
 }
 

@@ -1,7 +1,8 @@
-// GQA self-attention without positional encoding (Nemotron-H `*` layers), spec §4.
+// GQA self-attention without positional encoding (Nemotron-H `*` layers), nemotron_h.md §4.
 #pragma once
 #include "base/threads.h"
 #include "io/model_config.h"
+#include "model/layout.h"
 #include "model/state.h"
 #include "model/weights.h"
 
@@ -10,7 +11,7 @@ namespace nemo::model {
 struct AttentionWeights {
   Linear q_proj, k_proj, v_proj, o_proj;
   float k_scale = 1.0f, v_scale = 1.0f;  // FP8 KV-cache scales (k_proj.k_scale / v_proj.v_scale)
-  static AttentionWeights bind(const WeightBinder& b, const std::string& prefix, const io::ModelConfig& c);
+  static AttentionWeights bind(const WeightBinder& b, const layout::Block& L);
 };
 
 // out[T, H] = attention over [cached n_past rows ‖ T new rows]; appends the new K/V rows at

@@ -10,22 +10,69 @@
 namespace nemo::model {
 
 using kernels::dot;
+using layout::Role;
 
-Mamba2Weights Mamba2Weights::bind(const WeightBinder& b, const std::string& p, const io::ModelConfig& c) {
-  const int64_t H = c.hidden_size, DI = c.mamba_inner(), CD = c.conv_dim(), NH = c.mamba_num_heads;
-  const int64_t K = c.conv_kernel;
+Mamba2Dims::Mamba2Dims(const io::ModelConfig& c)
+    : H(c.hidden_size), NH(c.mamba_num_heads), P(c.mamba_head_dim), G(c.n_groups), N(c.ssm_state_size),
+      K(c.conv_kernel), DI(c.mamba_inner()), CD(c.conv_dim()), DP(c.in_proj_dim()) {}
+
+Mamba2Weights Mamba2Weights::bind(const WeightBinder& b, const layout::Block& L, const io::ModelConfig& c) {
   Mamba2Weights w;
-  w.in_proj = b.linear(p + ".in_proj", c.in_proj_dim(), H);
-  w.out_proj = b.linear(p + ".out_proj", H, DI);
-  // HF stores [CD, 1, K]; MLX [CD, K, 1] — the same memory order.
-  w.conv_w = b.tensor_f32_any(p + ".conv1d.weight", {{CD, 1, K}, {CD, K, 1}});
-  w.conv_b = c.use_conv_bias ? b.vector(p + ".conv1d.bias", CD) : std::vector<float>(size_t(CD), 0.0f);
-  w.dt_bias = b.vector(p + ".dt_bias", NH);
-  w.A = b.vector(p + ".A_log", NH);
+  w.dims = Mamba2Dims(c);
+  // ssm_step_head keeps B·dt for one row on the stack.
+  if (w.dims.N > 512) fail("ssm_state_size {} > 512 is not supported", w.dims.N);
+  w.in_proj = b.linear(L.at(Role::MambaInProj));
+  w.out_proj = b.linear(L.at(Role::MambaOutProj));
+  w.conv_w = b.values(L.at(Role::MambaConv));
+  const layout::TensorSpec* bias = L.find(Role::MambaConvBias);
+  w.conv_b = bias ? b.values(*bias) : std::vector<float>(size_t(w.dims.CD), 0.0f);
+  w.dt_bias = b.values(L.at(Role::MambaDtBias));
+  w.A = b.values(L.at(Role::MambaALog));
   for (auto& a : w.A) a = -std::exp(a);
-  w.D = b.vector(p + ".D", NH);
-  w.norm_w = b.vector(p + ".norm.weight", DI);
+  w.D = b.values(L.at(Role::MambaD));
+  w.norm_w = b.values(L.at(Role::MambaNorm));
+  w.norm_eps = c.norm_eps;
+  w.dt_min = c.dt_limit_min;
+  w.dt_max = c.dt_limit_max;
+  w.chunk_size = c.chunk_size;
   return w;
+}
+
+void conv1d_silu(const Mamba2Weights& w, const float* window, const ProjRows& raw, int64_t T, float* out,
+                 const ThreadConfig& tc) {
+  const Mamba2Dims& d = w.dims;
+  const int64_t KW = d.K - 1;
+  parallel_for(tc, d.CD, std::max<int64_t>(256, 65536 / (T * d.K)), [&](int64_t c0, int64_t c1) {
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        float acc = w.conv_b[ch];
+        for (int64_t k = 0; k < d.K; ++k) {
+          const int64_t src = t - KW + k;  // < 0: a row of the window
+          const float v = src < 0 ? window[(KW + src) * d.CD + ch] : raw.xBC(src)[ch];
+          acc = acc + w.conv_w[ch * d.K + k] * v;
+        }
+        out[t * d.CD + ch] = kernels::silu(acc);
+      }
+    }
+  });
+}
+
+void shift_conv_window(const Mamba2Dims& d, Buffer<float>& window, const float* raw_xbc, int64_t stride, int64_t T) {
+  const int64_t KW = d.K - 1;
+  Buffer<float> nw(window.size());
+  for (int64_t r = 0; r < KW; ++r) {
+    const int64_t src = T - KW + r;
+    const float* from = src < 0 ? window.data() + (KW + src) * d.CD : raw_xbc + src * stride;
+    std::memcpy(nw.data() + r * d.CD, from, size_t(d.CD) * sizeof(float));
+  }
+  window = std::move(nw);
+}
+
+float dt_from_raw(const Mamba2Weights& w, float raw, int64_t head) {
+  float dt = kernels::softplus(raw + w.dt_bias[head]);
+  // time_step_limit (0, inf) is a no-op; only a configured limit clamps.
+  if (w.dt_min > 0.0f || std::isfinite(w.dt_max)) dt = std::clamp(dt, w.dt_min, w.dt_max);
+  return dt;
 }
 
 void ssm_step_head(float* S, const float* x, const float* B, const float* C, float dt, float A, float D,
@@ -41,42 +88,45 @@ void ssm_step_head(float* S, const float* x, const float* B, const float* C, flo
   }
 }
 
-namespace {
-
-struct Dims {
-  int64_t H, DI, CD, NH, P, G, N, K, GN, DP, heads_per_group;
-  explicit Dims(const io::ModelConfig& c)
-      : H(c.hidden_size), DI(c.mamba_inner()), CD(c.conv_dim()), NH(c.mamba_num_heads), P(c.mamba_head_dim),
-        G(c.n_groups), N(c.ssm_state_size), K(c.conv_kernel), GN(c.n_groups * c.ssm_state_size),
-        DP(c.in_proj_dim()), heads_per_group(c.mamba_num_heads / c.n_groups) {}
-};
-
-float dt_value(const io::ModelConfig& c, float raw, float bias) {
-  float dt = kernels::softplus(raw + bias);
-  // time_step_limit (0, inf) is a no-op; only a configured limit clamps.
-  if (c.dt_limit_min > 0.0f || std::isfinite(c.dt_limit_max)) dt = std::clamp(dt, c.dt_limit_min, c.dt_limit_max);
-  return dt;
+void ssm_scan_recurrent(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T, float* S, float* y,
+                        const ThreadConfig& tc) {
+  const Mamba2Dims& d = w.dims;
+  // Heads are independent, so threads split heads; each head runs its rows in order.
+  parallel_for(tc, d.NH, std::max<int64_t>(1, 65536 / (T * d.P * d.N)), [&](int64_t h0, int64_t h1) {
+    for (int64_t h = h0; h < h1; ++h) {
+      const int64_t g = d.group_of(h);
+      float* Sh = S + h * d.P * d.N;
+      for (int64_t t = 0; t < T; ++t)
+        ssm_step_head(Sh, xbc.x(t, h), xbc.B(t, g), xbc.C(t, g), dt[t * d.NH + h], w.A[h], w.D[h], d.P, d.N,
+                      y + t * d.DI + h * d.P);
+    }
+  });
 }
 
-// Chunked SSD form (spec §3.6) for rows [t0, t1) of one head. Mathematically equal to the
-// recurrence; used for long prefills. y rows have stride DI; x/B/C rows have stride CD.
-void ssd_chunk_head(const Dims& d, const float* xbc, const float* dt_all, float A, float Dh, int64_t h,
-                    int64_t t0, int64_t t1, const float* Gm, float* S, float* y, std::vector<float>& scratch) {
-  const int64_t Q = t1 - t0, P = d.P, N = d.N, g = h / d.heads_per_group;
+namespace {
+
+// One SSD chunk [t0, t1) of one head (nemotron_h.md §3.6), with Gm[i][j] = C_i·B_j of its group:
+//   y_i = exp(cs_i)·(S·C_i) + Σ_{j≤i} Gm[i][j]·exp(cs_i − cs_j)·dt_j·x_j + D·x_i,   cs = cumsum(dt·A)
+//   S  ← exp(cs_last)·S + Σ_j exp(cs_last − cs_j)·(dt_j·x_j) ⊗ B_j
+void ssd_chunk_head(const Mamba2Weights& w, const XbcRows& xbc, const float* dt_all, int64_t h, int64_t t0,
+                    int64_t t1, const float* Gm, float* S, float* y, std::vector<float>& scratch) {
+  const Mamba2Dims& d = w.dims;
+  const int64_t Q = t1 - t0, P = d.P, N = d.N, g = d.group_of(h);
+  const float A = w.A[h], Dh = w.D[h];
   scratch.resize(size_t(Q + Q * P));
   float* cs = scratch.data();
-  float* u = cs + Q;
+  float* u = cs + Q;  // u_j = dt_j · x_j
   float run = 0.0f;
   for (int64_t i = 0; i < Q; ++i) {
     const float dt = dt_all[(t0 + i) * d.NH + h];
     run += dt * A;
     cs[i] = run;
-    const float* xi = xbc + (t0 + i) * d.CD + h * P;
+    const float* xi = xbc.x(t0 + i, h);
     for (int64_t p = 0; p < P; ++p) u[i * P + p] = dt * xi[p];
   }
   for (int64_t i = 0; i < Q; ++i) {
-    const float* Ci = xbc + (t0 + i) * d.CD + d.DI + d.GN + g * N;
-    const float* xi = xbc + (t0 + i) * d.CD + h * P;
+    const float* Ci = xbc.C(t0 + i, g);
+    const float* xi = xbc.x(t0 + i, h);
     float* yi = y + (t0 + i) * d.DI + h * P;
     const float e_in = std::exp(cs[i]);
     for (int64_t p = 0; p < P; ++p) yi[p] = e_in * dot(S + p * N, Ci, N);
@@ -86,155 +136,124 @@ void ssd_chunk_head(const Dims& d, const float* xbc, const float* dt_all, float 
     }
     for (int64_t p = 0; p < P; ++p) yi[p] += Dh * xi[p];
   }
-  // State update: S = exp(cs_last)·S + Σ_j exp(cs_last − cs_j) · u_j ⊗ B_j
   const float e_last = std::exp(cs[Q - 1]);
   for (int64_t k = 0; k < P * N; ++k) S[k] *= e_last;
   for (int64_t j = 0; j < Q; ++j) {
-    const float* Bj = xbc + (t0 + j) * d.CD + d.DI + g * N;
-    const float w = std::exp(cs[Q - 1] - cs[j]);
-    for (int64_t p = 0; p < P; ++p) kernels::axpy(w * u[j * P + p], Bj, S + p * N, N);
+    const float* Bj = xbc.B(t0 + j, g);
+    const float wj = std::exp(cs[Q - 1] - cs[j]);
+    for (int64_t p = 0; p < P; ++p) kernels::axpy(wj * u[j * P + p], Bj, S + p * N, N);
   }
 }
 
 }  // namespace
 
-void mamba2_forward(const Mamba2Weights& w, const io::ModelConfig& c, const float* hn, int64_t T, float* out,
-                    MambaState& st, MambaJournal* journal, const Mamba2Options& opt, const ThreadConfig& tc) {
-  const Dims d(c);
-  if (d.N > 512) fail("ssm_state_size {} > 512 is not supported", d.N);
-  Buffer<float> zxbcdt(size_t(T * d.DP));
-  kernels::linear(w.in_proj, hn, T, d.H, zxbcdt.data(), d.DP, tc);
-
-  if (journal) {
-    journal->conv0.resize(st.conv.size());
-    std::memcpy(journal->conv0.data(), st.conv.data(), st.conv.bytes());
-    journal->ssm0.resize(st.ssm.size());
-    std::memcpy(journal->ssm0.data(), st.ssm.data(), st.ssm.bytes());
-    journal->xbc.resize(size_t(T * d.CD));
-    journal->x.resize(size_t(T * d.DI));
-    journal->B.resize(size_t(T * d.GN));
-    journal->dt.resize(size_t(T * d.NH));
-    for (int64_t t = 0; t < T; ++t)
-      std::memcpy(journal->xbc.data() + t * d.CD, zxbcdt.data() + t * d.DP + d.DI, size_t(d.CD) * sizeof(float));
-  }
-
-  // Causal depthwise conv + SiLU over the xBC channels; window = [conv state (K-1 rows) ‖ new rows].
-  Buffer<float> xbc(size_t(T * d.CD));
-  const int64_t KW = d.K - 1;
-  parallel_for(tc, d.CD, std::max<int64_t>(256, 65536 / (T * d.K)), [&](int64_t c0, int64_t c1) {
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t ch = c0; ch < c1; ++ch) {
-        float acc = w.conv_b[ch];
-        for (int64_t k = 0; k < d.K; ++k) {
-          const int64_t src = t - KW + k;  // < 0: from the cached window
-          const float v = src < 0 ? st.conv[(KW + src) * d.CD + ch] : zxbcdt[src * d.DP + d.DI + ch];
-          acc = acc + w.conv_w[ch * d.K + k] * v;
-        }
-        xbc[t * d.CD + ch] = kernels::silu(acc);
-      }
-    }
-  });
-  // New window: last K-1 raw rows of [old window ‖ new rows].
-  {
-    Buffer<float> nw(st.conv.size());
-    for (int64_t r = 0; r < KW; ++r) {
-      const int64_t src = T - KW + r;
-      const float* from = src < 0 ? st.conv.data() + (KW + src) * d.CD : zxbcdt.data() + src * d.DP + d.DI;
-      std::memcpy(nw.data() + r * d.CD, from, size_t(d.CD) * sizeof(float));
-    }
-    st.conv = std::move(nw);
-  }
-
-  Buffer<float> dt(size_t(T * d.NH));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < d.NH; ++h) dt[t * d.NH + h] = dt_value(c, zxbcdt[t * d.DP + d.DI + d.CD + h], w.dt_bias[h]);
-
-  if (journal) {
-    for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(journal->x.data() + t * d.DI, xbc.data() + t * d.CD, size_t(d.DI) * sizeof(float));
-      std::memcpy(journal->B.data() + t * d.GN, xbc.data() + t * d.CD + d.DI, size_t(d.GN) * sizeof(float));
-    }
-    std::memcpy(journal->dt.data(), dt.data(), dt.bytes());
-  }
-
-  Buffer<float> y(size_t(T * d.DI));
-  const bool ssd = !opt.record && T >= opt.ssd_min_rows;
-  if (!ssd) {
-    // Sequential recurrence: heads are independent, so threads split heads.
-    parallel_for(tc, d.NH, std::max<int64_t>(1, 65536 / (T * d.P * d.N)), [&](int64_t h0, int64_t h1) {
-      for (int64_t h = h0; h < h1; ++h) {
-        const int64_t g = h / d.heads_per_group;
-        float* S = st.ssm.data() + h * d.P * d.N;
-        for (int64_t t = 0; t < T; ++t) {
-          const float* row = xbc.data() + t * d.CD;
-          ssm_step_head(S, row + h * d.P, row + d.DI + g * d.N, row + d.DI + d.GN + g * d.N, dt[t * d.NH + h],
-                        w.A[h], w.D[h], d.P, d.N, y.data() + t * d.DI + h * d.P);
-        }
+void ssm_scan_chunked(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T, float* S, float* y,
+                      const ThreadConfig& tc) {
+  const Mamba2Dims& d = w.dims;
+  const int64_t Qmax = w.chunk_size;
+  std::vector<float> Gm(size_t(d.G * Qmax * Qmax));
+  for (int64_t t0 = 0; t0 < T; t0 += Qmax) {
+    const int64_t t1 = std::min(T, t0 + Qmax), Q = t1 - t0;
+    // Gm[g][i][j] = C_i · B_j (j <= i), shared by the heads of group g.
+    parallel_for(tc, d.G * Q, 1, [&](int64_t a, int64_t b) {
+      for (int64_t gi = a; gi < b; ++gi) {
+        const int64_t g = gi / Q, i = gi % Q;
+        for (int64_t j = 0; j <= i; ++j) Gm[(g * Qmax + i) * Qmax + j] = dot(xbc.C(t0 + i, g), xbc.B(t0 + j, g), d.N);
       }
     });
-  } else {
-    const int64_t Qmax = c.chunk_size;
-    std::vector<float> Gm(size_t(d.G * Qmax * Qmax));
-    for (int64_t t0 = 0; t0 < T; t0 += Qmax) {
-      const int64_t t1 = std::min(T, t0 + Qmax), Q = t1 - t0;
-      // G[g][i][j] = C_i · B_j (j <= i), shared by the heads of group g.
-      parallel_for(tc, d.G * Q, 1, [&](int64_t a, int64_t b) {
-        for (int64_t gi = a; gi < b; ++gi) {
-          const int64_t g = gi / Q, i = gi % Q;
-          const float* Ci = xbc.data() + (t0 + i) * d.CD + d.DI + d.GN + g * d.N;
-          for (int64_t j = 0; j <= i; ++j)
-            Gm[(g * Qmax + i) * Qmax + j] = dot(Ci, xbc.data() + (t0 + j) * d.CD + d.DI + g * d.N, d.N);
+    parallel_for(tc, d.NH, 1, [&](int64_t h0, int64_t h1) {
+      std::vector<float> scratch, Gq(size_t(Q * Q));  // Gm of the current group, packed [Q, Q]
+      int64_t cur_g = -1;
+      for (int64_t h = h0; h < h1; ++h) {
+        const int64_t g = d.group_of(h);
+        if (g != cur_g) {
+          for (int64_t i = 0; i < Q; ++i)
+            for (int64_t j = 0; j <= i; ++j) Gq[i * Q + j] = Gm[(g * Qmax + i) * Qmax + j];
+          cur_g = g;
         }
-      });
-      // Re-pack to [Q, Q] per group for the head kernel.
-      parallel_for(tc, d.NH, 1, [&](int64_t h0, int64_t h1) {
-        std::vector<float> scratch, Gq(size_t(Q * Q));
-        int64_t cur_g = -1;
-        for (int64_t h = h0; h < h1; ++h) {
-          const int64_t g = h / d.heads_per_group;
-          if (g != cur_g) {
-            for (int64_t i = 0; i < Q; ++i)
-              for (int64_t j = 0; j <= i; ++j) Gq[i * Q + j] = Gm[(g * Qmax + i) * Qmax + j];
-            cur_g = g;
-          }
-          ssd_chunk_head(d, xbc.data(), dt.data(), w.A[h], w.D[h], h, t0, t1, Gq.data(),
-                         st.ssm.data() + h * d.P * d.N, y.data(), scratch);
-        }
-      });
-    }
+        ssd_chunk_head(w, xbc, dt, h, t0, t1, Gq.data(), S + h * d.P * d.N, y, scratch);
+      }
+    });
   }
+}
 
-  // Gate then grouped RMSNorm (groups of DI/G contiguous channels), then out_proj.
-  const int64_t gs = d.DI / d.G;
+void gated_group_rmsnorm(const Mamba2Weights& w, float* y, const ProjRows& proj, int64_t T, const ThreadConfig& tc) {
+  const Mamba2Dims& d = w.dims;
+  const int64_t gs = d.DI / d.G;  // groups of DI/G contiguous channels
   parallel_for(tc, T * d.G, std::max<int64_t>(1, 65536 / gs), [&](int64_t a, int64_t b) {
     for (int64_t tg = a; tg < b; ++tg) {
       const int64_t t = tg / d.G, g = tg % d.G;
-      float* yr = y.data() + t * d.DI + g * gs;
-      const float* zr = zxbcdt.data() + t * d.DP + g * gs;
+      float* yr = y + t * d.DI + g * gs;
+      const float* zr = proj.z(t) + g * gs;
       for (int64_t i = 0; i < gs; ++i) yr[i] = yr[i] * kernels::silu(zr[i]);
-      kernels::rms_norm(yr, w.norm_w.data() + g * gs, gs, c.norm_eps, yr);
+      kernels::rms_norm(yr, w.norm_w.data() + g * gs, gs, w.norm_eps, yr);
     }
   });
+}
+
+namespace {
+
+// Before the round: the state; per row: the raw xBC (conv window replay) and the recurrence inputs.
+void journal_round(const Mamba2Dims& d, const MambaState& st, const ProjRows& proj, const XbcRows& xbc,
+                   const Buffer<float>& dt, int64_t T, MambaJournal& j) {
+  j.conv0.resize(st.conv.size());
+  std::memcpy(j.conv0.data(), st.conv.data(), st.conv.bytes());
+  j.ssm0.resize(st.ssm.size());
+  std::memcpy(j.ssm0.data(), st.ssm.data(), st.ssm.bytes());
+  j.xbc.resize(size_t(T * d.CD));
+  j.x.resize(size_t(T * d.DI));
+  j.B.resize(size_t(T * d.G * d.N));
+  j.dt.resize(size_t(T * d.NH));
+  for (int64_t t = 0; t < T; ++t) {
+    std::memcpy(j.xbc.data() + t * d.CD, proj.xBC(t), size_t(d.CD) * sizeof(float));
+    std::memcpy(j.x.data() + t * d.DI, xbc.x(t), size_t(d.DI) * sizeof(float));
+    std::memcpy(j.B.data() + t * d.G * d.N, xbc.B(t), size_t(d.G * d.N) * sizeof(float));
+  }
+  std::memcpy(j.dt.data(), dt.data(), dt.bytes());
+}
+
+}  // namespace
+
+void mamba2_forward(const Mamba2Weights& w, const float* hn, int64_t T, float* out, MambaState& st,
+                    MambaJournal* journal, const Mamba2Options& opt, const ThreadConfig& tc) {
+  const Mamba2Dims& d = w.dims;
+  // 1. in_proj: each row splits into z | xBC | dt_raw.
+  Buffer<float> zxbcdt(size_t(T * d.DP));
+  kernels::linear(w.in_proj, hn, T, d.H, zxbcdt.data(), d.DP, tc);
+  const ProjRows proj{zxbcdt.data(), d};
+  // 2. xBC ← silu(causal depthwise conv over [window ‖ rows]); the window moves on by T rows.
+  Buffer<float> xbc_buf(size_t(T * d.CD));
+  conv1d_silu(w, st.conv.data(), proj, T, xbc_buf.data(), tc);
+  const XbcRows xbc{xbc_buf.data(), d};
+  // 3. dt ← softplus(dt_raw + dt_bias).
+  Buffer<float> dt(size_t(T * d.NH));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < d.NH; ++h) dt[t * d.NH + h] = dt_from_raw(w, proj.dt_raw(t)[h], h);
+  if (journal) journal_round(d, st, proj, xbc, dt, T, *journal);
+  shift_conv_window(d, st.conv, proj.xBC(0), d.DP, T);
+  // 4. y ← the SSM scan: the exact recurrence, or the chunked SSD form for long prefills.
+  Buffer<float> y(size_t(T * d.DI));
+  if (opt.record || T < opt.ssd_min_rows) ssm_scan_recurrent(w, xbc, dt.data(), T, st.ssm.data(), y.data(), tc);
+  else ssm_scan_chunked(w, xbc, dt.data(), T, st.ssm.data(), y.data(), tc);
+  // 5. y ← rmsnorm(y · silu(z)) per group.
+  gated_group_rmsnorm(w, y.data(), proj, T, tc);
+  // 6. out_proj.
   kernels::linear(w.out_proj, y.data(), T, d.DI, out, d.H, tc);
 }
 
-void mamba2_replay(const io::ModelConfig& c, const Mamba2Weights& w, const MambaJournal& j, int64_t keep,
-                   MambaState& st) {
-  const Dims d(c);
+void mamba2_replay(const Mamba2Weights& w, const MambaJournal& j, int64_t keep, MambaState& st) {
+  const Mamba2Dims& d = w.dims;
   std::memcpy(st.ssm.data(), j.ssm0.data(), j.ssm0.bytes());
   for (int64_t h = 0; h < d.NH; ++h) {
-    const int64_t g = h / d.heads_per_group;
+    const int64_t g = d.group_of(h);
     float* S = st.ssm.data() + h * d.P * d.N;
     for (int64_t t = 0; t < keep; ++t)
-      ssm_step_head(S, j.x.data() + t * d.DI + h * d.P, j.B.data() + t * d.GN + g * d.N, nullptr,
+      ssm_step_head(S, j.x.data() + t * d.DI + h * d.P, j.B.data() + (t * d.G + g) * d.N, nullptr,
                     j.dt[t * d.NH + h], w.A[h], w.D[h], d.P, d.N, nullptr);
   }
-  const int64_t KW = d.K - 1;
-  for (int64_t r = 0; r < KW; ++r) {
-    const int64_t src = keep - KW + r;
-    const float* from = src < 0 ? j.conv0.data() + (KW + src) * d.CD : j.xbc.data() + src * d.CD;
-    std::memcpy(st.conv.data() + r * d.CD, from, size_t(d.CD) * sizeof(float));
-  }
+  st.conv.resize(j.conv0.size());
+  std::memcpy(st.conv.data(), j.conv0.data(), j.conv0.bytes());
+  shift_conv_window(d, st.conv, j.xbc.data(), d.CD, keep);
 }
 
 }  // namespace nemo::model

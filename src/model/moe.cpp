@@ -8,31 +8,21 @@
 
 namespace nemo::model {
 
-MlpWeights MlpWeights::bind(const WeightBinder& b, const std::string& p, int64_t hidden, int64_t inter) {
-  return {b.linear(p + ".up_proj", inter, hidden), b.linear(p + ".down_proj", hidden, inter)};
+using layout::Role;
+
+MlpWeights MlpWeights::bind(const WeightBinder& b, const layout::Block& L) {
+  return {b.linear(L.at(Role::MlpUp)), b.linear(L.at(Role::MlpDown))};
 }
 
-MlpWeights MlpWeights::bind_stacked(const WeightBinder& b, const std::string& p, int64_t e, int64_t n,
-                                    int64_t hidden, int64_t inter) {
-  return {b.stacked_linear(p + ".fc1", e, n, inter, hidden), b.stacked_linear(p + ".fc2", e, n, hidden, inter)};
-}
-
-MoEWeights MoEWeights::bind(const WeightBinder& b, const std::string& p, const io::ModelConfig& c) {
+MoEWeights MoEWeights::bind(const WeightBinder& b, const layout::Block& L, const io::ModelConfig& c) {
   MoEWeights w;
-  const int64_t H = c.hidden_size, E = c.n_routed_experts;
-  w.gate = b.linear(p + ".gate", E, H);
-  w.correction_bias = b.has(p + ".gate.e_score_correction_bias")
-                          ? b.vector(p + ".gate.e_score_correction_bias", E)
-                          : std::vector<float>(size_t(E), 0.0f);
+  const int64_t E = c.n_routed_experts;
+  w.gate = b.linear(L.at(Role::Router));
+  w.correction_bias = b.values(L.at(Role::RouterBias));  // zeros when the checkpoint has none
   w.experts.reserve(size_t(E));
-  // HF / ModelOpt store experts one by one; MLX stacks them as switch_mlp.fc1/fc2 [E, ...].
-  const bool stacked = !b.has(p + ".experts.0.up_proj.weight") && b.has(p + ".switch_mlp.fc1.weight");
   for (int64_t e = 0; e < E; ++e)
-    w.experts.push_back(stacked ? MlpWeights::bind_stacked(b, p + ".switch_mlp", e, E, H, c.moe_intermediate_size)
-                                : MlpWeights::bind(b, p + ".experts." + std::to_string(e), H, c.moe_intermediate_size));
-  if (c.n_shared_experts > 0)
-    w.shared.push_back(MlpWeights::bind(b, p + ".shared_experts", H,
-                                        c.moe_shared_expert_intermediate_size * c.n_shared_experts));
+    w.experts.push_back({b.expert(L.at(Role::ExpertUp, int(e)), E), b.expert(L.at(Role::ExpertDown, int(e)), E)});
+  if (c.n_shared_experts > 0) w.shared.push_back({b.linear(L.at(Role::SharedUp)), b.linear(L.at(Role::SharedDown))});
   return w;
 }
 

@@ -1,20 +1,18 @@
 // Routed relu² mixture of experts with a shared expert (Nemotron-H `E` layers), and the dense
-// relu² MLP (`-` layers). Spec §5.
+// relu² MLP (`-` layers). nemotron_h.md §5.
 #pragma once
 #include <vector>
 
 #include "base/threads.h"
 #include "io/model_config.h"
+#include "model/layout.h"
 #include "model/weights.h"
 
 namespace nemo::model {
 
 struct MlpWeights {  // non-gated: down(relu(up(x))²)
   Linear up, down;
-  static MlpWeights bind(const WeightBinder& b, const std::string& prefix, int64_t hidden, int64_t inter);
-  // Expert e of MLX-stacked experts: up = prefix.fc1[e], down = prefix.fc2[e].
-  static MlpWeights bind_stacked(const WeightBinder& b, const std::string& prefix, int64_t e, int64_t n,
-                                 int64_t hidden, int64_t inter);
+  static MlpWeights bind(const WeightBinder& b, const layout::Block& L);  // a dense `-` layer
 };
 
 struct MoEWeights {
@@ -22,7 +20,7 @@ struct MoEWeights {
   std::vector<float> correction_bias;  // [E] e_score_correction_bias: selection only
   std::vector<MlpWeights> experts;     // E routed experts
   std::vector<MlpWeights> shared;      // n_shared_experts (0 or 1)
-  static MoEWeights bind(const WeightBinder& b, const std::string& prefix, const io::ModelConfig& c);
+  static MoEWeights bind(const WeightBinder& b, const layout::Block& L, const io::ModelConfig& c);
 };
 
 // The router's decision for one row: expert ids in ascending order and their final weights.

@@ -30,25 +30,20 @@ std::unique_ptr<MtpHead> MtpHead::load(const NemotronH& t) {
          t.store().dir());
   std::unique_ptr<MtpHead> m(new MtpHead(t));
   WeightBinder b(t.store(), t.quant(), t.load_options());
-  const int64_t H = c.hidden_size;
-  m->enorm_ = b.vector("mtp.layers.0.enorm.weight", H);
-  m->hnorm_ = b.vector("mtp.layers.0.hnorm.weight", H);
-  m->eh_proj_ = b.linear("mtp.layers.0.eh_proj", H, 2 * H);
-  const size_t n = c.mtp_layers.size();
-  for (size_t s = 0; s < n; ++s) {
-    const std::string p = "mtp.layers." + std::to_string(s);
-    SubLayer L{c.mtp_layers[s], b.vector(p + ".norm.weight", H), AttentionWeights{}};
-    if (L.kind == io::LayerKind::Attention) {
-      L.mixer = AttentionWeights::bind(b, p + ".mixer", c);
-      ++m->n_attn_;
-    } else if (L.kind == io::LayerKind::MoE) {
-      L.mixer = MoEWeights::bind(b, p + ".mixer", c);
-    } else {
-      fail("{}: MTP sub-layer kind '{}' is not supported", t.store().dir(), io::layer_kind_name(L.kind));
-    }
-    m->layers_.push_back(std::move(L));
+  using layout::Role;
+  for (size_t s = 0; s < c.mtp_layers.size(); ++s) {
+    const io::LayerKind kind = c.mtp_layers[s];
+    if (kind != io::LayerKind::Attention && kind != io::LayerKind::MoE)
+      fail("{}: MTP sub-layer kind '{}' is not supported", t.store().dir(), io::layer_kind_name(kind));
+    const layout::Block L = layout::layer_block(c, kind, layout::mtp_prefix(s), layout::Part::Mtp, int(s));
+    if (const auto* e = L.find(Role::MtpENorm)) m->enorm_ = b.values(*e);
+    if (const auto* h = L.find(Role::MtpHNorm)) m->hnorm_ = b.values(*h);
+    if (const auto* p = L.find(Role::MtpEhProj)) m->eh_proj_ = b.linear(*p);
+    if (const auto* f = L.find(Role::MtpFinalNorm)) m->final_norm_ = b.values(*f);
+    m->layers_.push_back(Layer::bind(b, L, kind, c));
+    if (kind == io::LayerKind::Attention) ++m->n_attn_;
   }
-  m->final_norm_ = b.vector("mtp.layers." + std::to_string(n - 1) + ".final_layernorm.weight", H);
+  if (m->layers_.empty()) fail("{}: the MTP module declares no sub-layers (mtp_layers_block_type)", t.store().dir());
   return m;
 }
 
@@ -71,7 +66,7 @@ void MtpHead::forward(MtpState& st, const float* hidden, std::span<const int32_t
   const int64_t kvw = c.num_key_value_heads * c.head_dim;
   for (auto& kv : st.kv) grow_kv(kv, st.n_past + T, st.n_past, kvw);
   // x0 = eh_proj([enorm(embed(t_{i+1})) ; hnorm(h_i)])  — embedding first, then hidden.
-  Buffer<float> eh(size_t(T * 2 * H)), x(size_t(T * H)), xn(size_t(T * H)), o(size_t(T * H));
+  Buffer<float> eh(size_t(T * 2 * H)), x(size_t(T * H));
   for (int64_t t = 0; t < T; ++t) {
     if (next_tokens[t] < 0 || next_tokens[t] >= V) fail("mtp: token id {} outside the vocabulary", next_tokens[t]);
     float* row = eh.data() + t * 2 * H;
@@ -80,15 +75,11 @@ void MtpHead::forward(MtpState& st, const float* hidden, std::span<const int32_t
     kernels::rms_norm(hidden + t * H, hnorm_.data(), H, c.norm_eps, row + H);
   }
   kernels::linear(eh_proj_, eh.data(), T, 2 * H, x.data(), H, tc);
-  int attn = 0;
-  for (const auto& L : layers_) {
-    for (int64_t t = 0; t < T; ++t) kernels::rms_norm(x.data() + t * H, L.norm_w.data(), H, c.norm_eps, xn.data() + t * H);
-    if (const auto* a = std::get_if<AttentionWeights>(&L.mixer))
-      attention_forward(*a, c, xn.data(), T, st.n_past, o.data(), st.kv[size_t(attn++)], tc);
-    else
-      moe_forward(std::get<MoEWeights>(L.mixer), c, xn.data(), T, o.data(), tc);
-    for (int64_t k = 0; k < T * H; ++k) x[k] = x[k] + o[k];
-  }
+  // x = sub-layers(x): the same layer loop as the backbone, over the module's own KV caches.
+  std::vector<LayerState> states(layers_.size());
+  for (size_t i = 0, attn = 0; i < layers_.size(); ++i)
+    if (layers_[i].kind == io::LayerKind::Attention) states[i].kv = &st.kv[attn++];
+  forward_layers(layers_, states, c, x.data(), {.T = T, .n_past = st.n_past}, tc);
   for (int64_t t = 0; t < T; ++t)
     kernels::rms_norm(x.data() + t * H, final_norm_.data(), H, c.norm_eps, out_hidden + t * H);
   st.n_past += T;

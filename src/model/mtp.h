@@ -1,4 +1,4 @@
-// The MTP head of Nemotron 3.5 Lightning (DeepSeek-style, spec nemotron_h.md §6): one module of
+// The MTP head of Nemotron 3.5 Lightning (DeepSeek-style, nemotron_h.md §6): one module of
 // sub-layers (attention, then MoE) that maps (target hidden h_i, next token t_{i+1}) to a hidden
 // state whose logits predict t_{i+2}. Shares the target's embedding and lm_head.
 #pragma once
@@ -7,8 +7,7 @@
 #include <variant>
 #include <vector>
 
-#include "model/attention.h"
-#include "model/moe.h"
+#include "model/layer.h"
 #include "model/nemotron_h.h"
 
 namespace nemo::model {
@@ -38,15 +37,10 @@ class MtpHead {
 
  private:
   explicit MtpHead(const NemotronH& t) : target_(t) {}
-  struct SubLayer {
-    io::LayerKind kind;
-    std::vector<float> norm_w;
-    std::variant<AttentionWeights, MoEWeights> mixer;
-  };
   const NemotronH& target_;
   std::vector<float> enorm_, hnorm_, final_norm_;
   Linear eh_proj_;  // [H, 2H]: columns 0..H-1 act on enorm(e), H..2H-1 on hnorm(h)
-  std::vector<SubLayer> layers_;
+  std::vector<Layer> layers_;  // the module's sub-layers, run by the backbone's layer loop
   int n_attn_ = 0;
 };
 

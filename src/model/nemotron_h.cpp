@@ -19,26 +19,22 @@ std::unique_ptr<NemotronH> NemotronH::load(const std::string& dir, const LoadOpt
   std::unique_ptr<NemotronH> m(new NemotronH(std::move(cfg), std::move(store), std::move(qc), opt));
   const auto& c = m->cfg_;
   WeightBinder b(m->store_, m->qc_, opt);
-  // HF in-library re-saves use "model." instead of "backbone."; accept both.
-  m->prefix_ = b.has("backbone.embeddings.weight") || !b.has("model.embeddings.weight") ? "backbone." : "model.";
-  const std::string& P = m->prefix_;
-  const int64_t H = c.hidden_size, V = c.vocab_size;
-  m->embeddings_ = b.linear(P + "embeddings", V, H);
-  m->norm_f_ = b.vector(P + "norm_f.weight", H);
-  if (b.has("lm_head.weight")) m->lm_head_ = b.linear("lm_head", V, H);
-  else if (c.tie_word_embeddings) m->lm_head_ = m->embeddings_;
-  else fail("{}: missing tensor 'lm_head.weight' (tie_word_embeddings is false)", dir);
-  for (size_t i = 0; i < c.layers.size(); ++i) {
-    const std::string lp = P + "layers." + std::to_string(i);
-    Layer L{c.layers[i], b.vector(lp + ".norm.weight", H), MlpWeights{}};
-    const std::string mp = lp + ".mixer";
-    switch (c.layers[i]) {
-      case io::LayerKind::Mamba: L.mixer = Mamba2Weights::bind(b, mp, c); break;
-      case io::LayerKind::Attention: L.mixer = AttentionWeights::bind(b, mp, c); break;
-      case io::LayerKind::MoE: L.mixer = MoEWeights::bind(b, mp, c); break;
-      case io::LayerKind::MLP: L.mixer = MlpWeights::bind(b, mp, H, c.intermediate_size); break;
+  m->prefix_ = layout::backbone_prefix([&](const std::string& n) { return b.has(n); });
+  // Everything outside the layers (embeddings, norm_f, lm_head) from the layout's top-level entries.
+  const auto all = layout::target_tensors(c, {.prefix = m->prefix_, .mtp = false});
+  for (const auto& s : all) {
+    if (s.role == layout::Role::Embedding) m->embeddings_ = b.linear(s);
+    if (s.role == layout::Role::FinalNorm) m->norm_f_ = b.values(s);
+    if (s.role == layout::Role::LmHead) {
+      if (b.has(s.tensor_name())) m->lm_head_ = b.linear(s);
+      else if (c.tie_word_embeddings) m->lm_head_ = m->embeddings_;
+      else fail("{}: missing tensor '{}' (tie_word_embeddings is false)", dir, s.tensor_name());
     }
-    m->layers_.push_back(std::move(L));
+  }
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    const layout::Block L = layout::layer_block(c, c.layers[i], layout::layer_prefix(m->prefix_, i),
+                                                layout::Part::Backbone, int(i));
+    m->layers_.push_back(Layer::bind(b, L, c.layers[i], c));
   }
   return m;
 }
@@ -79,45 +75,25 @@ ForwardResult NemotronH::forward(SequenceState& st, std::span<const int32_t> tok
   const int64_t n_past = st.n_past_;
   st.ensure_kv_capacity(n_past + T);
 
-  Buffer<float> h(size_t(T * H)), hn(size_t(T * H)), o(size_t(T * H));
+  // h = embed(tokens)
+  Buffer<float> h(size_t(T * H));
   for (int64_t t = 0; t < T; ++t) embed(tokens[t], h.data() + t * H);
-
-  Mamba2Options mopt{opt.record, opt.ssd_min_rows};
-  ForwardProfile* prof = opt.profile;
-  double t_mark = prof ? now_seconds() : 0.0;
-  auto charge = [&](double ForwardProfile::*slot) {
-    if (!prof) return;
-    const double t = now_seconds();
-    prof->*slot += t - t_mark;
-    t_mark = t;
-  };
+  // h = layers(h)
+  std::vector<LayerState> states(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& L = layers_[i];
-    for (int64_t t = 0; t < T; ++t) kernels::rms_norm(h.data() + t * H, L.norm_w.data(), H, cfg_.norm_eps, hn.data() + t * H);
-    charge(&ForwardProfile::norms_s);
-    switch (L.kind) {
-      case io::LayerKind::Mamba: {
-        const int s = st.mamba_slot_[i];
-        mamba2_forward(std::get<Mamba2Weights>(L.mixer), cfg_, hn.data(), T, o.data(), st.mamba_[s],
-                       opt.record ? &st.journal_[s] : nullptr, mopt, tc);
-        break;
-      }
-      case io::LayerKind::Attention:
-        attention_forward(std::get<AttentionWeights>(L.mixer), cfg_, hn.data(), T, n_past, o.data(),
-                          st.kv_[st.attn_slot_[i]], tc);
-        break;
-      case io::LayerKind::MoE: moe_forward(std::get<MoEWeights>(L.mixer), cfg_, hn.data(), T, o.data(), tc); break;
-      case io::LayerKind::MLP: mlp_forward(std::get<MlpWeights>(L.mixer), hn.data(), T, H, o.data(), H, tc); break;
+    if (const int s = st.mamba_slot_[i]; s >= 0) {
+      states[i].mamba = &st.mamba_[size_t(s)];
+      if (opt.record) states[i].journal = &st.journal_[size_t(s)];
     }
-    charge(L.kind == io::LayerKind::Mamba       ? &ForwardProfile::mamba_s
-           : L.kind == io::LayerKind::Attention ? &ForwardProfile::attention_s
-           : L.kind == io::LayerKind::MoE       ? &ForwardProfile::moe_s
-                                                : &ForwardProfile::mlp_s);
-    for (int64_t k = 0; k < T * H; ++k) h[k] = h[k] + o[k];
+    if (const int s = st.attn_slot_[i]; s >= 0) states[i].kv = &st.kv_[size_t(s)];
   }
+  forward_layers(layers_, states, cfg_, h.data(),
+                 {.T = T, .n_past = n_past, .mamba = {opt.record, opt.ssd_min_rows}, .profile = opt.profile}, tc);
   st.n_past_ = n_past + T;
   if (opt.record) st.pending_rows_ = T;
 
+  // logits = lm_head(norm_f(h)) for the last row, or every row.
+  const double t1 = opt.profile ? now_seconds() : 0.0;
   ForwardResult r;
   r.rows = opt.all_logits ? T : 1;
   r.first_row = T - r.rows;
@@ -126,9 +102,9 @@ ForwardResult NemotronH::forward(SequenceState& st, std::span<const int32_t> tok
     kernels::rms_norm(h.data() + (r.first_row + t) * H, norm_f_.data(), H, cfg_.norm_eps, hf.data() + t * H);
   r.logits.resize(size_t(r.rows * V));
   logits_from_hidden(hf.data(), r.rows, r.logits.data(), tc);
-  if (prof) {
-    charge(&ForwardProfile::lm_head_s);
-    ++prof->calls;
+  if (opt.profile) {
+    opt.profile->lm_head_s += now_seconds() - t1;
+    ++opt.profile->calls;
   }
   if (opt.want_hidden) r.hidden = std::move(hf);
   return r;
@@ -141,7 +117,7 @@ void NemotronH::accept(SequenceState& st, int64_t keep) const {
   for (size_t i = 0; i < layers_.size(); ++i)
     if (layers_[i].kind == io::LayerKind::Mamba && keep < T) {
       const int s = st.mamba_slot_[i];
-      mamba2_replay(cfg_, std::get<Mamba2Weights>(layers_[i].mixer), st.journal_[s], keep, st.mamba_[s]);
+      mamba2_replay(std::get<Mamba2Weights>(layers_[i].mixer), st.journal_[s], keep, st.mamba_[s]);
     }
   st.n_past_ -= (T - keep);  // attention KV beyond n_past is dead and will be overwritten
   st.pending_rows_ = 0;

@@ -1,5 +1,5 @@
 // Nemotron-H: embedding → per layer (RMSNorm → one mixer → residual add) → norm_f → lm_head.
-// Spec nemotron_h.md §2. All activations f32 (see docs/ARCHITECTURE.md "Numerics").
+// nemotron_h.md §2. All activations f32 (see docs/ARCHITECTURE.md "Numerics").
 #pragma once
 #include <memory>
 #include <span>
@@ -11,18 +11,10 @@
 #include "base/threads.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
-#include "model/attention.h"
-#include "model/mamba2.h"
-#include "model/moe.h"
+#include "model/layer.h"
 #include "model/state.h"
 
 namespace nemo::model {
-
-// Optional wall-time breakdown of forward passes (accumulated), for `bench`.
-struct ForwardProfile {
-  double mamba_s = 0, attention_s = 0, moe_s = 0, mlp_s = 0, norms_s = 0, lm_head_s = 0;
-  int64_t calls = 0;
-};
 
 struct ForwardOptions {
   // Which rows get logits: all rows, or only the last one (prefill).
@@ -53,6 +45,7 @@ class NemotronH {
   const io::QuantConfig& quant() const { return qc_; }
   const LoadOptions& load_options() const { return opt_; }
   SequenceState new_state() const { return SequenceState(cfg_, opt_.kv_dtype); }
+  const std::string& tensor_prefix() const { return prefix_; }
 
   // Runs `tokens` after the state's current rows and advances the state.
   ForwardResult forward(SequenceState& st, std::span<const int32_t> tokens, const ForwardOptions& opt,
@@ -70,17 +63,11 @@ class NemotronH {
 
  private:
   NemotronH(io::ModelConfig cfg, io::TensorStore store, io::QuantConfig qc, LoadOptions opt);
-  using Mixer = std::variant<Mamba2Weights, AttentionWeights, MoEWeights, MlpWeights>;
-  struct Layer {
-    io::LayerKind kind;
-    std::vector<float> norm_w;
-    Mixer mixer;
-  };
   io::ModelConfig cfg_;
   io::TensorStore store_;
   io::QuantConfig qc_;
   LoadOptions opt_;
-  std::string prefix_;  // "backbone." or "model."
+  std::string prefix_;  // "backbone." or "model." (layout::backbone_prefix)
   Linear embeddings_, lm_head_;
   std::vector<float> norm_f_;
   std::vector<Layer> layers_;

@@ -9,21 +9,24 @@
 
 namespace nemo::model {
 
-namespace {
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-}  // namespace
-
-Linear WeightBinder::linear(const std::string& prefix, int64_t out, int64_t in) const {
-  return bind_checked(prefix, out, in, -1, 0);
+Linear WeightBinder::linear(const layout::TensorSpec& s) const {
+  return bind_checked(s.name, s.shape[0], s.shape[1], -1, 0);
 }
 
-Linear WeightBinder::stacked_linear(const std::string& prefix, int64_t e, int64_t n_experts, int64_t out,
-                                    int64_t in) const {
-  return bind_checked(prefix, out, in, e, n_experts);
+Linear WeightBinder::expert(const layout::TensorSpec& s, int64_t n_experts) const {
+  if (!store_.has(s.tensor_name()))
+    if (const auto a = layout::stacked_alias(s, n_experts); a && store_.has(a->module + ".weight"))
+      return bind_checked(a->module, s.shape[0], s.shape[1], a->index, a->count);
+  return linear(s);
+}
+
+std::vector<float> WeightBinder::values(const layout::TensorSpec& s) const {
+  if (!s.required && !store_.has(s.name)) {
+    int64_t n = 1;
+    for (auto d : s.shape) n *= d;
+    return std::vector<float>(size_t(n), 0.0f);
+  }
+  return tensor_f32_any(s.name, s.accepted_shapes());
 }
 
 Linear WeightBinder::bind_checked(const std::string& prefix, int64_t out, int64_t in, int64_t expert,
@@ -96,7 +99,7 @@ std::vector<float> WeightBinder::tensor_f32_any(const std::string& name,
   const io::TensorView& t = store_.get(name);
   bool ok = false;
   for (const auto& s : shapes) ok |= t.shape == s;
-  if (!ok) fail("{}: tensor '{}' has shape {} but the config implies {}", *t.file, name, t.shape_str(), shape_str(shapes[0]));
+  if (!ok) fail("{}: tensor '{}' has shape {} but the config implies {}", *t.file, name, t.shape_str(), io::shape_str(shapes[0]));
   const int64_t n = t.numel();
   std::vector<float> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -121,8 +124,6 @@ std::vector<float> WeightBinder::tensor_f32_any(const std::string& name,
   }
   return v;
 }
-
-std::vector<float> WeightBinder::vector(const std::string& name, int64_t n) const { return tensor_f32(name, {n}); }
 
 float WeightBinder::scalar_or(const std::string& name, float def) const {
   if (!store_.has(name)) return def;

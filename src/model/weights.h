@@ -11,6 +11,7 @@
 #include "io/quant_config.h"
 #include "io/safetensors.h"
 #include "kernels/linear.h"
+#include "model/layout.h"
 #include "model/state.h"
 
 namespace nemo::model {
@@ -30,18 +31,14 @@ class WeightBinder {
   WeightBinder(const io::TensorStore& store, const io::QuantConfig& qc, LoadOptions opt = {})
       : store_(store), qc_(qc), opt_(opt) {}
 
-  // The linear module `prefix` (tensors prefix.weight[, .weight_scale, .scales, ...]) of logical
-  // shape [out, in], in whatever format the checkpoint stores it.
-  Linear linear(const std::string& prefix, int64_t out, int64_t in) const;
-  // Expert `e` of a stacked module (MLX switch_mlp.fc1/fc2: weight [E, out, ...]).
-  Linear stacked_linear(const std::string& prefix, int64_t e, int64_t n_experts, int64_t out, int64_t in) const;
-  // A small parameter vector widened to f32 (norm weights, biases, A_log, D, dt_bias).
-  std::vector<float> vector(const std::string& name, int64_t n) const;
-  // A small parameter tensor with one of the accepted shapes, widened to f32.
-  std::vector<float> tensor_f32_any(const std::string& name, const std::vector<std::vector<int64_t>>& shapes) const;
-  std::vector<float> tensor_f32(const std::string& name, std::vector<int64_t> shape) const {
-    return tensor_f32_any(name, std::vector<std::vector<int64_t>>{std::move(shape)});
-  }
+  // A Linear entry of the layout, in whatever format the checkpoint stores it (shape checked
+  // against the entry's logical [out, in]).
+  Linear linear(const layout::TensorSpec& s) const;
+  // A routed expert's Linear: per-expert tensors, or expert `s.index` of an MLX stacked module.
+  Linear expert(const layout::TensorSpec& s, int64_t n_experts) const;
+  // A Vector or Conv entry widened to f32 (zeros when an optional entry is absent; every value
+  // must be finite).
+  std::vector<float> values(const layout::TensorSpec& s) const;
   // A scalar tensor (e.g. k_scale), widened to f32, or `def` when absent.
   float scalar_or(const std::string& name, float def) const;
   bool has(const std::string& name) const { return store_.has(name); }
@@ -50,6 +47,7 @@ class WeightBinder {
 
  private:
   Linear bind_checked(const std::string& prefix, int64_t out, int64_t in, int64_t expert, int64_t n_experts) const;
+  std::vector<float> tensor_f32_any(const std::string& name, const std::vector<std::vector<int64_t>>& shapes) const;
   const io::TensorStore& store_;
   const io::QuantConfig& qc_;
   LoadOptions opt_;

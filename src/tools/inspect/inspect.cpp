@@ -10,12 +10,15 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "model/layout.h"
 
 namespace nemo::inspect {
 
 using io::DType;
 using io::LayerKind;
+using io::shape_str;
 using json = nlohmann::json;
+namespace layout = model::layout;
 
 namespace {
 
@@ -40,12 +43,6 @@ std::string lower(std::string s) {
 std::string dtype_bucket(DType d) { return lower(io::dtype_name(d)); }
 
 bool is_float(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32; }
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
 
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
@@ -261,59 +258,34 @@ class Expect {
   size_t failures_ = 0, overflow_ = 0;
 };
 
-void expect_moe(Expect& x, const Catalog& cat, const std::string& mp, const io::ModelConfig& c) {
-  const int64_t H = c.hidden_size, E = c.n_routed_experts, F = c.moe_intermediate_size;
-  x.linear(mp + ".gate", E, H);
-  x.vec(mp + ".gate.e_score_correction_bias", E);
-  if (cat.module(mp + ".switch_mlp.fc1") || cat.module(mp + ".switch_mlp.fc2")) {  // MLX stacked experts
-    x.linear(mp + ".switch_mlp.fc1", F, H, E);
-    x.linear(mp + ".switch_mlp.fc2", H, F, E);
-  } else {
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string ep = mp + ".experts." + std::to_string(e);
-      x.linear(ep + ".up_proj", F, H);
-      x.linear(ep + ".down_proj", H, F);
+// Checks every layout entry against the checkpoint: Linear modules in any accepted format (MLX
+// stacked experts once per stacked module), Vector and Conv entries as float tensors. Optional
+// entries are checked only when present.
+void expect_layout(Expect& x, const Catalog& cat, const std::vector<layout::TensorSpec>& specs, int64_t n_experts) {
+  std::set<std::string> stacked_seen;
+  for (const auto& s : specs) {
+    if (!s.required && !cat.find(s.tensor_name())) continue;
+    switch (s.kind) {
+      case layout::Kind::Linear:
+        if (const auto a = layout::stacked_alias(s, n_experts)) {
+          const std::string base = a->module.substr(0, a->module.rfind(".switch_mlp."));
+          if (cat.module(base + ".switch_mlp.fc1") || cat.module(base + ".switch_mlp.fc2")) {  // MLX stacked experts
+            if (stacked_seen.insert(a->module).second) x.linear(a->module, s.shape[0], s.shape[1], n_experts);
+            break;
+          }
+        }
+        x.linear(s.name, s.shape[0], s.shape[1]);
+        break;
+      case layout::Kind::Vector: x.vec(s.name, s.shape[0]); break;
+      case layout::Kind::Conv: x.conv(s.name, s.shape[0], s.shape[2]); break;
     }
-  }
-  if (c.n_shared_experts > 0) {
-    const int64_t FS = c.moe_shared_expert_intermediate_size * c.n_shared_experts;
-    x.linear(mp + ".shared_experts.up_proj", FS, H);
-    x.linear(mp + ".shared_experts.down_proj", H, FS);
   }
 }
 
-void expect_attention(Expect& x, const std::string& mp, const io::ModelConfig& c) {
-  const int64_t H = c.hidden_size, QW = c.num_attention_heads * c.head_dim, KW = c.num_key_value_heads * c.head_dim;
-  x.linear(mp + ".q_proj", QW, H);
-  x.linear(mp + ".k_proj", KW, H);
-  x.linear(mp + ".v_proj", KW, H);
-  x.linear(mp + ".o_proj", H, QW);
-}
-
-void expect_layer(Expect& x, const Catalog& cat, const std::string& lp, LayerKind kind, const io::ModelConfig& c) {
-  const int64_t H = c.hidden_size;
-  x.vec(lp + ".norm.weight", H);
-  const std::string mp = lp + ".mixer";
-  switch (kind) {
-    case LayerKind::Mamba: {
-      const int64_t NH = c.mamba_num_heads;
-      x.linear(mp + ".in_proj", c.in_proj_dim(), H);
-      x.conv(mp + ".conv1d.weight", c.conv_dim(), c.conv_kernel);
-      if (c.use_conv_bias) x.vec(mp + ".conv1d.bias", c.conv_dim());
-      x.vec(mp + ".dt_bias", NH);
-      x.vec(mp + ".A_log", NH);
-      x.vec(mp + ".D", NH);
-      x.vec(mp + ".norm.weight", c.mamba_inner());
-      x.linear(mp + ".out_proj", H, c.mamba_inner());
-      break;
-    }
-    case LayerKind::Attention: expect_attention(x, mp, c); break;
-    case LayerKind::MoE: expect_moe(x, cat, mp, c); break;
-    case LayerKind::MLP:
-      x.linear(mp + ".up_proj", c.intermediate_size, H);
-      x.linear(mp + ".down_proj", H, c.intermediate_size);
-      break;
-  }
+bool is_fusion_or_norm(layout::Role r) {
+  using layout::Role;
+  return r == Role::LayerNorm || r == Role::MtpENorm || r == Role::MtpHNorm || r == Role::MtpEhProj ||
+         r == Role::MtpFinalNorm;
 }
 
 // Which parameter group a backbone tensor belongs to.
@@ -395,46 +367,10 @@ void check_quant_listing(const Catalog& cat, const io::QuantConfig& qc, InspectR
                                      qc.source, missing, missing == 1 ? "y" : "ies", first));
 }
 
-std::optional<int64_t> opt_int(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
-  return it->get<int64_t>();
-}
-int64_t int_or(const json& j, const char* key, int64_t def) { return opt_int(j, key).value_or(def); }
-bool bool_or(const json& j, const char* key, bool def) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_boolean() ? it->get<bool>() : def;
-}
-std::vector<int64_t> int_list(const json& j, const char* key) {
-  std::vector<int64_t> v;
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_array()) return v;
-  for (const auto& e : *it)
-    if (e.is_number_integer()) v.push_back(e.get<int64_t>());
-  return v;
-}
-std::string architecture_of(const json& cfg) {
-  auto it = cfg.find("architectures");
-  if (it != cfg.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) return (*it)[0].get<std::string>();
-  return "";
-}
-
-// "dflash" | "dspark" | "" from a config.json (spec dflash_dspark.md §2.1–2.3).
-std::string drafter_kind(const json& cfg) {
-  if (!cfg.is_object()) return "";
-  const std::string arch = lower(architecture_of(cfg));
-  const auto non_null = [&](const char* k) { return cfg.contains(k) && !cfg[k].is_null(); };
-  if (arch.find("dspark") != std::string::npos || non_null("dspark_markov_rank") || non_null("markov_rank") ||
-      non_null("dspark_fixup_head_type"))
-    return "dspark";
-  if (arch.find("dflash") != std::string::npos || non_null("dflash_config")) return "dflash";
-  return "";
-}
-
 bool is_target_config(const json& cfg) {
   if (!cfg.is_object()) return false;
   const std::string mt = cfg.value("model_type", std::string());
-  return mt == "nemotron_h" || lower(architecture_of(cfg)).find("nemotronh") != std::string::npos;
+  return mt == "nemotron_h" || lower(io::architecture_of(cfg)).find("nemotronh") != std::string::npos;
 }
 
 }  // namespace
@@ -458,18 +394,17 @@ InspectReport inspect_target(const io::ModelConfig& c, const io::QuantConfig& qc
   const std::string& P = r.tensor_prefix;
   const int64_t H = c.hidden_size, V = c.vocab_size;
 
+  const auto specs = layout::target_tensors(c, {.prefix = P, .mtp = true});
+  std::vector<layout::TensorSpec> backbone, mtp;
+  for (const auto& s : specs) (s.part == layout::Part::Mtp ? mtp : backbone).push_back(s);
   std::set<std::string> used;
   {
     Expect x(cat, used, r.problems);
-    x.linear(P + "embeddings", V, H);
-    x.vec(P + "norm_f.weight", H);
-    if (cat.find("lm_head.weight") || !c.tie_word_embeddings) x.linear("lm_head", V, H);
-    for (size_t i = 0; i < c.layers.size(); ++i)
-      expect_layer(x, cat, P + "layers." + std::to_string(i), c.layers[i], c);
+    expect_layout(x, cat, backbone, c.n_routed_experts);
     x.finish();
   }
 
-  // MTP: one module of sub-layers `mtp_layers`, flattened as mtp.layers.{s} (spec §6.1).
+  // MTP: one module of sub-layers `mtp_layers`, flattened as mtp.layers.{s} (nemotron_h.md §6.1).
   r.mtp.declared_modules = c.num_nextn_predict_layers;
   for (auto k : c.mtp_layers) r.mtp.sublayers.push_back(io::layer_kind_char(k));
   for (const auto& t : tensors)
@@ -480,20 +415,18 @@ InspectReport inspect_target(const io::ModelConfig& c, const io::QuantConfig& qc
     } else {
       std::set<std::string> mtp_used;
       Expect x(cat, mtp_used, r.mtp.missing);
-      const size_t n = c.mtp_layers.size();
-      x.vec("mtp.layers.0.enorm.weight", H);
-      x.vec("mtp.layers.0.hnorm.weight", H);
-      x.linear("mtp.layers.0.eh_proj", H, 2 * H);
-      for (size_t s = 0; s < n; ++s) {
-        const std::string p = "mtp.layers." + std::to_string(s);
-        x.vec(p + ".norm.weight", H);
-        if (c.mtp_layers[s] == LayerKind::Attention) expect_attention(x, p + ".mixer", c);
-        else if (c.mtp_layers[s] == LayerKind::MoE) expect_moe(x, cat, p + ".mixer", c);
-        else x.problem(fmt::format("MTP sub-layer {} is '{}': only attention and moe are supported", s,
-                                   io::layer_kind_name(c.mtp_layers[s])));
+      // Sub-layer kinds the MTP runtime has no mixer for: report, and check only their norms.
+      std::vector<layout::TensorSpec> runnable;
+      for (size_t s = 0; s < c.mtp_layers.size(); ++s)
+        if (c.mtp_layers[s] != LayerKind::Attention && c.mtp_layers[s] != LayerKind::MoE)
+          x.problem(fmt::format("MTP sub-layer {} is '{}': only attention and moe are supported", s,
+                                io::layer_kind_name(c.mtp_layers[s])));
+      for (const auto& s : mtp) {
+        const LayerKind k = c.mtp_layers[size_t(s.layer)];
+        if (k == LayerKind::Attention || k == LayerKind::MoE || is_fusion_or_norm(s.role)) runnable.push_back(s);
       }
-      if (n > 0) x.vec("mtp.layers." + std::to_string(n - 1) + ".final_layernorm.weight", H);
-      if (n == 0) x.problem("mtp_layers_block_type is empty");
+      expect_layout(x, cat, runnable, c.n_routed_experts);
+      if (c.mtp_layers.empty()) x.problem("mtp_layers_block_type is empty");
       x.finish();
       if (c.num_nextn_predict_layers > 1)
         r.warnings.push_back(fmt::format("num_nextn_predict_layers = {}: only one MTP module is used",
@@ -562,47 +495,7 @@ InspectReport inspect_drafter(const json& cfg, const io::QuantConfig& qc, const 
   r.path = dir;
   r.kind = "drafter";
   r.quant = qc;
-  DrafterInfo d;
-  d.kind = drafter_kind(cfg);
-  d.architecture = architecture_of(cfg);
-  d.model_type = cfg.value("model_type", std::string());
-  const json empty = json::object();
-  const json& dc = cfg.contains("dflash_config") && cfg["dflash_config"].is_object() ? cfg["dflash_config"] : empty;
-  d.layers = int_or(cfg, "num_hidden_layers", 0);
-  d.hidden_size = int_or(cfg, "hidden_size", 0);
-  d.vocab_size = int_or(cfg, "vocab_size", 0);
-  d.num_attention_heads = int_or(cfg, "num_attention_heads", 0);
-  d.num_key_value_heads = int_or(cfg, "num_key_value_heads", d.num_attention_heads);
-  d.head_dim = int_or(cfg, "head_dim", d.num_attention_heads ? d.hidden_size / d.num_attention_heads : 0);
-  d.intermediate_size = int_or(cfg, "intermediate_size", 0);
-  d.target_hidden_size = opt_int(cfg, "target_hidden_size");
-  d.num_target_layers = opt_int(cfg, "num_target_layers");
-  d.block_size = opt_int(cfg, "block_size");
-  d.mask_token_id = opt_int(dc, "mask_token_id");
-  if (!d.mask_token_id) d.mask_token_id = opt_int(cfg, "mask_token_id");
-  d.sliding_window = opt_int(dc, "swa_window_size");
-  if (!d.sliding_window) d.sliding_window = opt_int(cfg, "sliding_window");
-  d.markov_rank = opt_int(cfg, "dspark_markov_rank");
-  if (!d.markov_rank) d.markov_rank = opt_int(cfg, "markov_rank");
-  d.causal = bool_or(dc, "causal", bool_or(cfg, "is_causal", false));
-  d.use_swa = bool_or(dc, "use_swa", false);
-  d.attention_sink_bias = bool_or(dc, "attention_sink_bias", bool_or(cfg, "attention_sink_bias", false));
-  d.has_embed_tokens = bool_or(cfg, "has_embed_tokens", true);
-  d.has_lm_head = bool_or(cfg, "has_lm_head", false);
-  // Taps, 0-based "output of block L"; eagle_aux ids are the same taps + 1 (spec §1.1).
-  if (auto v = int_list(dc, "target_layer_ids"); !v.empty()) {
-    d.target_layer_ids = v, d.target_layer_ids_source = "dflash_config.target_layer_ids";
-  } else if (auto v2 = int_list(cfg, "target_layer_ids"); !v2.empty()) {
-    d.target_layer_ids = v2, d.target_layer_ids_source = "target_layer_ids";
-  } else if (auto v3 = int_list(cfg, "eagle_aux_hidden_state_layer_ids"); !v3.empty()) {
-    for (auto x : v3) d.target_layer_ids.push_back(x - 1);
-    d.target_layer_ids_source = "eagle_aux_hidden_state_layer_ids - 1";
-  } else if (d.num_target_layers && d.layers > 1) {  // z-lab default build_target_layer_ids
-    for (int64_t i = 0; i < d.layers; ++i)
-      d.target_layer_ids.push_back(
-          int64_t(std::llround(1.0 + double(i) * double(*d.num_target_layers - 3 - 1) / double(d.layers - 1))));
-    d.target_layer_ids_source = "default from num_target_layers";
-  }
+  const DrafterInfo d = io::parse_drafter_config(cfg);
 
   if (d.kind.empty())
     r.problems.push_back(fmt::format("unrecognised drafter: architectures \"{}\", model_type \"{}\" (expected "
@@ -621,32 +514,7 @@ InspectReport inspect_drafter(const json& cfg, const io::QuantConfig& qc, const 
   std::set<std::string> used;
   if (r.problems.empty()) {
     Expect x(cat, used, r.problems);
-    const int64_t H = d.hidden_size, V = d.vocab_size, QW = d.num_attention_heads * d.head_dim,
-                  KW = d.num_key_value_heads * d.head_dim, TH = d.target_hidden_size.value_or(H);
-    if (d.has_embed_tokens) x.linear(P + "embed_tokens", V, H);
-    x.linear(P + "fc", H, int64_t(d.target_layer_ids.size()) * TH);
-    x.vec(P + "hidden_norm.weight", H);
-    x.vec(P + "norm.weight", H);
-    if (d.has_lm_head) x.linear("lm_head", V, H);
-    for (int64_t i = 0; i < d.layers; ++i) {
-      const std::string lp = P + "layers." + std::to_string(i);
-      x.vec(lp + ".input_layernorm.weight", H);
-      x.vec(lp + ".post_attention_layernorm.weight", H);
-      x.linear(lp + ".self_attn.q_proj", QW, H);
-      x.linear(lp + ".self_attn.k_proj", KW, H);
-      x.linear(lp + ".self_attn.v_proj", KW, H);
-      x.linear(lp + ".self_attn.o_proj", H, QW);
-      x.vec(lp + ".self_attn.q_norm.weight", d.head_dim);
-      x.vec(lp + ".self_attn.k_norm.weight", d.head_dim);
-      if (d.kind == "dspark" && d.attention_sink_bias) x.vec(lp + ".self_attn.attention_sink_bias", d.num_attention_heads);
-      x.linear(lp + ".mlp.gate_proj", d.intermediate_size, H);
-      x.linear(lp + ".mlp.up_proj", d.intermediate_size, H);
-      x.linear(lp + ".mlp.down_proj", H, d.intermediate_size);
-    }
-    if (d.kind == "dspark" && d.markov_rank) {
-      x.linear(P + "markov_head.markov_w1", V, *d.markov_rank);
-      x.linear(P + "markov_head.markov_w2", V, *d.markov_rank);
-    }
+    expect_layout(x, cat, layout::drafter_tensors(d, P), 0);
     x.finish();
   }
   account_formats(cat, tensors, r);
@@ -695,12 +563,12 @@ InspectReport inspect_dir(const std::string& dir) {
     return r;
   }
   const bool target = is_target_config(cfg);
-  const std::string dkind = target ? "" : drafter_kind(cfg);
+  const std::string dkind = target ? "" : io::drafter_kind(cfg);
   if (!target && dkind.empty()) {
     r.problems.push_back(fmt::format("{}: unrecognised checkpoint: model_type \"{}\", architectures \"{}\" is neither a "
                                      "Nemotron-H target nor a recognised (DFlash / DSpark) drafter",
                                      cfg_path, cfg.is_object() ? cfg.value("model_type", std::string()) : "",
-                                     cfg.is_object() ? architecture_of(cfg) : ""));
+                                     cfg.is_object() ? io::architecture_of(cfg) : ""));
     return r;
   }
   std::optional<io::ModelConfig> mc;

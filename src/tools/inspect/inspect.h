@@ -12,6 +12,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "io/drafter_config.h"
 #include "io/model_config.h"
 #include "io/quant_config.h"
 #include "io/safetensors.h"
@@ -57,18 +58,7 @@ struct MtpInfo {
   std::vector<std::string> missing;  // first few problems with the MTP tensors
 };
 
-struct DrafterInfo {
-  std::string kind;  // "dflash" | "dspark"
-  std::string architecture, model_type;
-  int64_t layers = 0, hidden_size = 0, vocab_size = 0, num_attention_heads = 0, num_key_value_heads = 0;
-  int64_t head_dim = 0, intermediate_size = 0;
-  std::optional<int64_t> target_hidden_size, num_target_layers, block_size, mask_token_id, sliding_window;
-  std::optional<int64_t> markov_rank;
-  std::vector<int64_t> target_layer_ids;
-  std::string target_layer_ids_source;  // which config field gave the taps
-  bool causal = false, use_swa = false, attention_sink_bias = false;
-  bool has_embed_tokens = true, has_lm_head = false;
-};
+using DrafterInfo = io::DrafterConfig;
 
 struct PairingCheck {
   std::string name;  // hidden_size | vocab_size | target_layer_ids | fc_input | num_target_layers

@@ -14,6 +14,7 @@
 #include "base/random.h"
 #include "base/threads.h"
 #include "kernels/quantize.h"
+#include "model/layout.h"
 #include "text/bpe_trainer.h"
 
 namespace nemo::synth {
@@ -106,34 +107,6 @@ void encode(DType dt, float v, uint8_t* out) {
   }
 }
 
-void add_linear(std::vector<SynthTensor>& v, const std::string& p, int64_t out, int64_t in, DType dt) {
-  v.push_back({p + ".weight", {out, in}, dt});
-}
-
-void add_moe(std::vector<SynthTensor>& v, const std::string& p, const io::ModelConfig& c, DType dt) {
-  const int64_t H = c.hidden_size;
-  add_linear(v, p + ".gate", c.n_routed_experts, H, dt);
-  v.push_back({p + ".gate.e_score_correction_bias", {c.n_routed_experts}, DType::F32});
-  for (int64_t e = 0; e < c.n_routed_experts; ++e) {
-    const std::string ep = p + ".experts." + std::to_string(e);
-    add_linear(v, ep + ".up_proj", c.moe_intermediate_size, H, dt);
-    add_linear(v, ep + ".down_proj", H, c.moe_intermediate_size, dt);
-  }
-  if (c.n_shared_experts > 0) {
-    const int64_t FS = c.moe_shared_expert_intermediate_size * c.n_shared_experts;
-    add_linear(v, p + ".shared_experts.up_proj", FS, H, dt);
-    add_linear(v, p + ".shared_experts.down_proj", H, FS, dt);
-  }
-}
-
-void add_attention(std::vector<SynthTensor>& v, const std::string& p, const io::ModelConfig& c, DType dt) {
-  const int64_t H = c.hidden_size, QW = c.num_attention_heads * c.head_dim, KW = c.num_key_value_heads * c.head_dim;
-  add_linear(v, p + ".q_proj", QW, H, dt);
-  add_linear(v, p + ".k_proj", KW, H, dt);
-  add_linear(v, p + ".v_proj", KW, H, dt);
-  add_linear(v, p + ".o_proj", H, QW, dt);
-}
-
 }  // namespace
 
 std::vector<std::string> preset_names() { return {"tiny-a", "tiny-b", "tiny-c", "tiny-q", "lightning"}; }
@@ -207,53 +180,21 @@ io::ModelConfig preset_config(const std::string& name, int layers, const std::st
   return c;
 }
 
+SynthTensor synth_tensor(const model::layout::TensorSpec& s, DType dtype) {
+  return {s.tensor_name(), s.shape, s.f32_storage ? DType::F32 : dtype};
+}
+
 std::vector<SynthTensor> checkpoint_layout(const io::ModelConfig& c, const SynthOptions& opt) {
-  const DType dt = opt.dtype;
-  const int64_t H = c.hidden_size, V = c.vocab_size;
+  using model::layout::Role;
   std::vector<SynthTensor> v;
-  v.push_back({"backbone.embeddings.weight", {V, H}, dt});
-  for (size_t i = 0; i < c.layers.size(); ++i) {
-    const std::string lp = "backbone.layers." + std::to_string(i);
-    v.push_back({lp + ".norm.weight", {H}, dt});
-    const std::string mp = lp + ".mixer";
-    switch (c.layers[i]) {
-      case LayerKind::Mamba:
-        add_linear(v, mp + ".in_proj", c.in_proj_dim(), H, dt);
-        v.push_back({mp + ".conv1d.weight", {c.conv_dim(), 1, c.conv_kernel}, dt});
-        if (c.use_conv_bias) v.push_back({mp + ".conv1d.bias", {c.conv_dim()}, dt});
-        v.push_back({mp + ".dt_bias", {c.mamba_num_heads}, DType::F32});
-        v.push_back({mp + ".A_log", {c.mamba_num_heads}, DType::F32});
-        v.push_back({mp + ".D", {c.mamba_num_heads}, DType::F32});
-        v.push_back({mp + ".norm.weight", {c.mamba_inner()}, dt});
-        add_linear(v, mp + ".out_proj", H, c.mamba_inner(), dt);
-        break;
-      case LayerKind::Attention: add_attention(v, mp, c, dt); break;
-      case LayerKind::MoE: add_moe(v, mp, c, dt); break;
-      case LayerKind::MLP:
-        add_linear(v, mp + ".up_proj", c.intermediate_size, H, dt);
-        add_linear(v, mp + ".down_proj", H, c.intermediate_size, dt);
-        break;
+  for (const auto& s : model::layout::target_tensors(c, {.mtp = opt.mtp})) {
+    if (s.role == Role::LmHead && c.tie_word_embeddings) continue;  // tied: no lm_head tensor
+    if (s.part == model::layout::Part::Mtp) {
+      const io::LayerKind k = c.mtp_layers[size_t(s.layer)];
+      if (k != LayerKind::Attention && k != LayerKind::MoE)
+        fail("synth: MTP sub-layer kind '{}' is not supported", io::layer_kind_name(k));
     }
-  }
-  v.push_back({"backbone.norm_f.weight", {H}, dt});
-  if (!c.tie_word_embeddings) v.push_back({"lm_head.weight", {V, H}, dt});
-  if (opt.mtp && c.num_nextn_predict_layers > 0) {
-    // One MTP module flattened as mtp.layers.{0..n-1} (spec §6.1): eh_proj/enorm/hnorm on the
-    // first sub-layer, final_layernorm on the last.
-    const size_t n = c.mtp_layers.size();
-    for (size_t s = 0; s < n; ++s) {
-      const std::string lp = "mtp.layers." + std::to_string(s);
-      if (s == 0) {
-        v.push_back({lp + ".enorm.weight", {H}, dt});
-        v.push_back({lp + ".hnorm.weight", {H}, dt});
-        add_linear(v, lp + ".eh_proj", H, 2 * H, dt);
-      }
-      v.push_back({lp + ".norm.weight", {H}, dt});
-      if (c.mtp_layers[s] == LayerKind::Attention) add_attention(v, lp + ".mixer", c, dt);
-      else if (c.mtp_layers[s] == LayerKind::MoE) add_moe(v, lp + ".mixer", c, dt);
-      else fail("synth: MTP sub-layer kind '{}' is not supported", io::layer_kind_name(c.mtp_layers[s]));
-      if (s + 1 == n) v.push_back({lp + ".final_layernorm.weight", {H}, dt});
-    }
+    v.push_back(synth_tensor(s, opt.dtype));
   }
   return v;
 }
@@ -700,32 +641,16 @@ void write_drafter_checkpoint(DrafterKind kind, const io::ModelConfig& t, const 
     taps.erase(std::unique(taps.begin(), taps.end()), taps.end());
   }
   const int64_t ntaps = int64_t(taps.size());
-  const DType dt = DType::BF16;
-  std::vector<SynthTensor> lay;
-  lay.push_back({"embed_tokens.weight", {V, H}, dt});
-  lay.push_back({"fc.weight", {H, H * ntaps}, dt});
-  lay.push_back({"hidden_norm.weight", {H}, dt});
-  for (int i = 0; i < n_layers; ++i) {
-    const std::string p = "layers." + std::to_string(i);
-    lay.push_back({p + ".input_layernorm.weight", {H}, dt});
-    lay.push_back({p + ".self_attn.q_proj.weight", {heads * hd, H}, dt});
-    lay.push_back({p + ".self_attn.k_proj.weight", {kvh * hd, H}, dt});
-    lay.push_back({p + ".self_attn.v_proj.weight", {kvh * hd, H}, dt});
-    lay.push_back({p + ".self_attn.o_proj.weight", {H, heads * hd}, dt});
-    lay.push_back({p + ".self_attn.q_norm.weight", {hd}, dt});
-    lay.push_back({p + ".self_attn.k_norm.weight", {hd}, dt});
-    if (spark) lay.push_back({p + ".self_attn.attention_sink_bias", {heads}, DType::F32});
-    lay.push_back({p + ".post_attention_layernorm.weight", {H}, dt});
-    lay.push_back({p + ".mlp.gate_proj.weight", {inter, H}, dt});
-    lay.push_back({p + ".mlp.up_proj.weight", {inter, H}, dt});
-    lay.push_back({p + ".mlp.down_proj.weight", {H, inter}, dt});
-  }
-  lay.push_back({"norm.weight", {H}, dt});
   const int64_t rank = full ? 512 : 32;
-  if (spark) {
-    lay.push_back({"markov_head.markov_w1.weight", {V, rank}, dt});
-    lay.push_back({"markov_head.markov_w2.weight", {V, rank}, dt});
-  }
+  io::DrafterConfig dc;
+  dc.kind = spark ? "dspark" : "dflash";
+  dc.layers = n_layers, dc.hidden_size = H, dc.vocab_size = V;
+  dc.num_attention_heads = heads, dc.num_key_value_heads = kvh, dc.head_dim = hd, dc.intermediate_size = inter;
+  dc.target_layer_ids = taps;
+  dc.attention_sink_bias = spark;
+  if (spark) dc.markov_rank = rank;
+  std::vector<SynthTensor> lay;
+  for (const auto& s : model::layout::drafter_tensors(dc)) lay.push_back(synth_tensor(s, DType::BF16));
   std::vector<Unit> units;
   std::vector<std::string> exclude;
   for (const auto& x : lay) {

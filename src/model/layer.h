@@ -1,0 +1,50 @@
+// One Nemotron-H layer (nemotron_h.md §2): h ← h + mixer(rms_norm(h)), with exactly one mixer of
+// four kinds. The layer loop below is the only one: the backbone and the MTP module both run it.
+#pragma once
+#include <span>
+#include <variant>
+#include <vector>
+
+#include "base/threads.h"
+#include "io/model_config.h"
+#include "model/attention.h"
+#include "model/layout.h"
+#include "model/mamba2.h"
+#include "model/moe.h"
+#include "model/state.h"
+
+namespace nemo::model {
+
+// Optional wall-time breakdown of forward passes (accumulated), for `bench`.
+struct ForwardProfile {
+  double mamba_s = 0, attention_s = 0, moe_s = 0, mlp_s = 0, norms_s = 0, lm_head_s = 0;
+  int64_t calls = 0;
+};
+
+struct Layer {
+  io::LayerKind kind;
+  std::vector<float> norm_w;  // pre-mixer RMSNorm
+  std::variant<Mamba2Weights, AttentionWeights, MoEWeights, MlpWeights> mixer;
+
+  static Layer bind(const WeightBinder& b, const layout::Block& L, io::LayerKind kind, const io::ModelConfig& c);
+};
+
+// Where one layer keeps its part of a sequence's state (null where its kind keeps none).
+struct LayerState {
+  MambaState* mamba = nullptr;
+  MambaJournal* journal = nullptr;  // set when the forward is recorded for rollback
+  KvCache* kv = nullptr;
+};
+
+struct LayerPass {
+  int64_t T = 0;       // rows in this pass
+  int64_t n_past = 0;  // rows already in the attention caches
+  Mamba2Options mamba;
+  ForwardProfile* profile = nullptr;
+};
+
+// h[T, H] ← each layer in order applied to h, advancing each layer's state by T rows.
+void forward_layers(std::span<const Layer> layers, std::span<const LayerState> states, const io::ModelConfig& c,
+                    float* h, const LayerPass& pass, const ThreadConfig& tc);
+
+}  // namespace nemo::model
