@@ -11,19 +11,18 @@
 #include "base/memory.h"
 #include "base/threads.h"
 #include "cli/commands.h"
+#include "engine/generator.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
+#include "kernels/sampling.h"
 #include "model/mtp.h"
 #include "model/nemotron_h.h"
 #include "speculative/drafter.h"
 #include "speculative/mtp_drafter.h"
-#include "engine/generator.h"
-#include "kernels/sampling.h"
 
 namespace nemo::cli {
 
 namespace {
-
 
 // Streams a 1 GiB buffer (larger than any cache) with the given threads; best of 3, GB/s.
 double measure_read_bandwidth(const ThreadConfig& tc) {
@@ -37,7 +36,8 @@ double measure_read_bandwidth(const ThreadConfig& tc) {
     const double t0 = now_seconds();
     parallel_for(tc, blocks, 1, [&](int64_t b, int64_t e) {
       for (int64_t blk = b; blk < e; ++blk)
-        part[size_t(blk)] = double(kernels::dot(buf.data() + blk * 4096, buf.data() + blk * 4096, 4096));
+        part[size_t(blk)] =
+            double(kernels::dot(buf.data() + blk * 4096, buf.data() + blk * 4096, 4096));
     });
     const double dt = now_seconds() - t0;
     best = std::max(best, double(n * sizeof(float)) / dt / 1e9);
@@ -86,14 +86,18 @@ struct Bench {
 
   static nlohmann::json time_shares(const model::ForwardProfile& p) {
     const double tot = p.mamba_s + p.attention_s + p.moe_s + p.mlp_s + p.norms_s + p.lm_head_s;
-    return {{"mamba", p.mamba_s / tot}, {"attention", p.attention_s / tot}, {"moe", p.moe_s / tot},
-            {"mlp", p.mlp_s / tot},     {"norms_embed", p.norms_s / tot}, {"lm_head", p.lm_head_s / tot}};
+    return {{"mamba", p.mamba_s / tot},       {"attention", p.attention_s / tot},
+            {"moe", p.moe_s / tot},           {"mlp", p.mlp_s / tot},
+            {"norms_embed", p.norms_s / tot}, {"lm_head", p.lm_head_s / tot}};
   }
   void show_shares(const char* what, const nlohmann::json& b) const {
-    std::printf("%-10s time share: mamba %.0f%%, attention %.0f%%, moe %.0f%%, mlp %.0f%%, norms/embed %.0f%%, "
-                "lm_head %.0f%%\n",
-                what, 100 * b["mamba"].get<double>(), 100 * b["attention"].get<double>(), 100 * b["moe"].get<double>(),
-                100 * b["mlp"].get<double>(), 100 * b["norms_embed"].get<double>(), 100 * b["lm_head"].get<double>());
+    std::printf(
+        "%-10s time share: mamba %.0f%%, attention %.0f%%, moe %.0f%%, mlp %.0f%%, norms/embed "
+        "%.0f%%, "
+        "lm_head %.0f%%\n",
+        what, 100 * b["mamba"].get<double>(), 100 * b["attention"].get<double>(),
+        100 * b["moe"].get<double>(), 100 * b["mlp"].get<double>(),
+        100 * b["norms_embed"].get<double>(), 100 * b["lm_head"].get<double>());
   }
 
   // Prefill of the prompt, then --gen plain decode steps through the engine's decode loop.
@@ -128,12 +132,13 @@ struct Bench {
     if (o.gen > 0) j["decode_time_share"] = time_shares(dec_prof);
     if (o.json) return;
     const auto& cfg = m.config();
-    std::printf("model      %s (%zu layers: %s)\n", j["model"].get<std::string>().c_str(), cfg.layers.size(),
-                cfg.pattern().c_str());
-    std::printf("threads    %d (%s kernels)\n", tc.n_threads, kernels::isa_name(kernels::active_isa()));
+    std::printf("model      %s (%zu layers: %s)\n", j["model"].get<std::string>().c_str(),
+                cfg.layers.size(), cfg.pattern().c_str());
+    std::printf("threads    %d (%s kernels)\n", tc.n_threads,
+                kernels::isa_name(kernels::active_isa()));
     std::printf("prefill    %lld tokens: %.2f tok/s\n", (long long)prompt.size(), pf_tps);
-    std::printf("decode     %lld tokens: %.2f tok/s (%.3f GB of weights per token -> %.1f GB/s)\n", (long long)o.gen,
-                decode_tok_s, dec_gb, dec_gb * decode_tok_s);
+    std::printf("decode     %lld tokens: %.2f tok/s (%.3f GB of weights per token -> %.1f GB/s)\n",
+                (long long)o.gen, decode_tok_s, dec_gb, dec_gb * decode_tok_s);
     show_shares("prefill", j["prefill_time_share"]);
     if (o.gen > 0) show_shares("decode", j["decode_time_share"]);
     std::fflush(stdout);
@@ -146,8 +151,8 @@ struct Bench {
     j["roofline_tok_s"] = bw / dec_gb;
     j["roofline_fraction"] = decode_tok_s * dec_gb / bw;
     if (!o.json)
-      std::printf("roofline   read bandwidth %.1f GB/s -> %.2f tok/s; decode reaches %.0f%%\n", bw, bw / dec_gb,
-                  100.0 * decode_tok_s * dec_gb / bw);
+      std::printf("roofline   read bandwidth %.1f GB/s -> %.2f tok/s; decode reaches %.0f%%\n", bw,
+                  bw / dec_gb, 100.0 * decode_tok_s * dec_gb / bw);
   }
 
   // Cost of one target forward of width w (recorded, as a verify round is) after the prompt, and
@@ -183,17 +188,21 @@ struct Bench {
     for (int w = 1; w <= 8; ++w) {
       double rb = 0;
       const double tw = time_width(w, true, &rb);
-      curve.push_back({{"width", w}, {"seconds", tw}, {"relative", tw / t1}, {"rollback_s", rb},
+      curve.push_back({{"width", w},
+                       {"seconds", tw},
+                       {"relative", tw / t1},
+                       {"rollback_s", rb},
                        {"rollback_relative", rb / t1}});
       if (!o.json)
-        std::printf("           %d: %.2f ms (%.2fx)   rollback to 1 row %.3f ms (%.3fx)\n", w, tw * 1e3, tw / t1,
-                    rb * 1e3, rb / t1);
+        std::printf("           %d: %.2f ms (%.2fx)   rollback to 1 row %.3f ms (%.3fx)\n", w,
+                    tw * 1e3, tw / t1, rb * 1e3, rb / t1);
     }
     j["decode_step_s"] = t1;
     j["verify_curve"] = curve;
   }
 
-  std::unique_ptr<speculative::Drafter> make_drafter(const std::string& kind, const std::vector<int32_t>& script) {
+  std::unique_ptr<speculative::Drafter> make_drafter(const std::string& kind,
+                                                     const std::vector<int32_t>& script) {
     const int64_t V = m.config().vocab_size;
     if (kind == "ngram") return std::make_unique<speculative::NgramDrafter>();
     if (kind == "oracle") return std::make_unique<speculative::ScriptedDrafter>(script, false, V);
@@ -227,16 +236,19 @@ struct Bench {
     const double plain_tps = double(plain.generated_tokens - 1) / plain_s;
     nlohmann::json runs = nlohmann::json::array();
     if (!o.json)
-      std::printf("spec       plain decoding %.2f tok/s (%lld tokens)\n", plain_tps, (long long)plain.generated_tokens);
+      std::printf("spec       plain decoding %.2f tok/s (%lld tokens)\n", plain_tps,
+                  (long long)plain.generated_tokens);
     for (const auto& kind : kinds) {
       for (int g : parse_list(o.gammas)) {
         engine::Generator gen(m, tc, make_drafter(kind, script), g);
         std::vector<int32_t> out;
         const double t1 = now_seconds();
-        const auto s = gen.generate(req, [&](int32_t t) {
-                           out.push_back(t);
-                           return true;
-                         }).spec;
+        const auto s = gen.generate(req,
+                                    [&](int32_t t) {
+                                      out.push_back(t);
+                                      return true;
+                                    })
+                           .spec;
         const double secs = now_seconds() - t1 - s.prefill_s;
         const double tps = double(s.emitted - 1) / secs;
         const bool same = out == script;
@@ -252,11 +264,14 @@ struct Bench {
                         {"rollback_s", s.rollback_s},
                         {"identical_to_plain", same}});
         if (!o.json)
-          std::printf("spec       %-6s gamma %d: %.2f tok/s (%.2fx), accept len %.2f, acceptance %.0f%%, "
-                      "draft %.2fs verify %.2fs rollback %.3fs%s\n",
-                      kind.c_str(), g, tps, tps / plain_tps, s.mean_accept_length(), 100.0 * s.acceptance_rate(),
-                      s.draft_s, s.verify_s, s.rollback_s, same ? "" : "  OUTPUT DIFFERS FROM PLAIN DECODING");
-        if (!same) fail("speculative output differs from plain decoding (drafter {}, gamma {})", kind, g);
+          std::printf(
+              "spec       %-6s gamma %d: %.2f tok/s (%.2fx), accept len %.2f, acceptance %.0f%%, "
+              "draft %.2fs verify %.2fs rollback %.3fs%s\n",
+              kind.c_str(), g, tps, tps / plain_tps, s.mean_accept_length(),
+              100.0 * s.acceptance_rate(), s.draft_s, s.verify_s, s.rollback_s,
+              same ? "" : "  OUTPUT DIFFERS FROM PLAIN DECODING");
+        if (!same)
+          fail("speculative output differs from plain decoding (drafter {}, gamma {})", kind, g);
       }
     }
     j["spec_plain_tok_s"] = plain_tps;
@@ -279,21 +294,26 @@ std::vector<Command> make_bench_command() {
   auto bo = std::make_shared<BenchOpts>();
   std::vector<Command> v(1);
   v[0].attach_fn = [bo, sub = v[0].sub](CLI::App& app) {
-    auto* s = app.add_subcommand("bench", "Measure prefill/decode speed, memory, roofline and speculative decoding");
+    auto* s = app.add_subcommand(
+        "bench", "Measure prefill/decode speed, memory, roofline and speculative decoding");
     s->add_option("-m,--model", bo->model, "Model directory (default: the embedded tiny model)");
     s->add_option("--prompt-tokens", bo->prompt, "Prefill length")->capture_default_str();
     s->add_option("--gen", bo->gen, "Decode steps")->capture_default_str();
     s->add_option("-t,--threads", bo->threads, "Threads (default: all cores)");
     s->add_option("--reps", bo->reps, "Repetitions (best is reported)")->capture_default_str();
     s->add_flag("--json", bo->json, "Machine-readable output");
-    s->add_option("--kv-cache", bo->kv_cache, "KV-cache storage: f32 | bf16 | fp8")->capture_default_str();
+    s->add_option("--kv-cache", bo->kv_cache, "KV-cache storage: f32 | bf16 | fp8")
+        ->capture_default_str();
     s->add_flag("--membw", bo->membw, "Also measure memory read bandwidth (roofline)");
     s->add_option("--spec", bo->spec,
-                  "Also run speculative decoding with: none | ngram | mtp | oracle | wrong | all (comma list)")
+                  "Also run speculative decoding with: none | ngram | mtp | oracle | wrong | all "
+                  "(comma list)")
         ->capture_default_str();
-    s->add_option("--gammas", bo->gammas, "Draft lengths to measure with --spec")->capture_default_str();
-    s->add_flag("--verify-curve", bo->verify_curve,
-                "Cost of a verify forward of width 1..8 and of a rollback, relative to one decode step");
+    s->add_option("--gammas", bo->gammas, "Draft lengths to measure with --spec")
+        ->capture_default_str();
+    s->add_flag(
+        "--verify-curve", bo->verify_curve,
+        "Cost of a verify forward of width 1..8 and of a rollback, relative to one decode step");
     *sub = s;
   };
   v[0].run = [bo]() {
@@ -304,8 +324,11 @@ std::vector<Command> make_bench_command() {
     Bench b{*bo, *m, ThreadConfig{bo->threads > 0 ? bo->threads : default_thread_count()}, {}};
     b.prompt.resize(size_t(std::max<int64_t>(1, bo->prompt)));
     for (auto& t : b.prompt) t = int32_t(b.rng.next() % uint64_t(m->config().vocab_size));
-    b.j = {{"model", dir->path}, {"layers", m->config().pattern()}, {"threads", b.tc.n_threads},
-           {"isa", kernels::isa_name(kernels::active_isa())}, {"load_s", load_s}};
+    b.j = {{"model", dir->path},
+           {"layers", m->config().pattern()},
+           {"threads", b.tc.n_threads},
+           {"isa", kernels::isa_name(kernels::active_isa())},
+           {"load_s", load_s}};
     b.plain();
     if (bo->membw) b.roofline();
     if (bo->verify_curve) b.verify_curve();

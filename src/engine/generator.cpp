@@ -18,10 +18,14 @@ SpecMode parse_spec_mode(const std::string& s) {
 
 const char* spec_mode_name(SpecMode m) {
   switch (m) {
-    case SpecMode::Auto: return "auto";
-    case SpecMode::None: return "none";
-    case SpecMode::Mtp: return "mtp";
-    case SpecMode::Ngram: return "ngram";
+    case SpecMode::Auto:
+      return "auto";
+    case SpecMode::None:
+      return "none";
+    case SpecMode::Mtp:
+      return "mtp";
+    case SpecMode::Ngram:
+      return "ngram";
   }
   return "?";
 }
@@ -39,16 +43,18 @@ Generator::Generator(const model::NemotronH& m, ThreadConfig tc, SpecMode mode, 
   if (mode_ != SpecMode::None) check_draft_max(draft_max);
   if (mode_ == SpecMode::Mtp) {
     if (!model::MtpHead::present(m))
-      fail("{}: --spec mtp needs a checkpoint with an MTP module (mtp.* tensors); use --spec ngram or none",
-           m.store().dir());
+      fail(
+          "{}: --spec mtp needs a checkpoint with an MTP module (mtp.* tensors); use --spec ngram "
+          "or none",
+          m.store().dir());
     drafter_ = std::make_unique<speculative::MtpDrafter>(m, tc);
   } else if (mode_ == SpecMode::Ngram) {
     drafter_ = std::make_unique<speculative::NgramDrafter>();
   }
 }
 
-Generator::Generator(const model::NemotronH& m, ThreadConfig tc, std::unique_ptr<speculative::Drafter> drafter,
-                     int draft_max)
+Generator::Generator(const model::NemotronH& m, ThreadConfig tc,
+                     std::unique_ptr<speculative::Drafter> drafter, int draft_max)
     : m_(m), tc_(tc), draft_max_(draft_max), drafter_(std::move(drafter)) {
   if (drafter_) check_draft_max(draft_max);
 }
@@ -77,8 +83,10 @@ std::span<const Emitted> Generator::step() {
     finish();
     return {};
   }
-  if (!prefilled_) prefill();
-  else round();
+  if (!prefilled_)
+    prefill();
+  else
+    round();
   if (done_) finish();
   return out_;
 }
@@ -86,7 +94,8 @@ std::span<const Emitted> Generator::step() {
 bool Generator::emit(int32_t token, std::span<const float> row) {
   out_.push_back({token, row});
   ++s_.emitted;
-  const bool stop = std::find(req_.stop_tokens.begin(), req_.stop_tokens.end(), token) != req_.stop_tokens.end();
+  const bool stop =
+      std::find(req_.stop_tokens.begin(), req_.stop_tokens.end(), token) != req_.stop_tokens.end();
   if (stop || s_.emitted >= req_.max_tokens) done_ = true;
   return !done_;
 }
@@ -137,10 +146,11 @@ void Generator::round() {
     s_.draft_s += now_seconds() - t0;
     if (int(prop.tokens.size()) > k_max) prop.tokens.resize(size_t(k_max));
     for (auto t : prop.tokens)
-      if (t < 0 || t >= V) fail("drafter '{}' proposed token {} outside the vocabulary", drafter_->name(), t);
+      if (t < 0 || t >= V)
+        fail("drafter '{}' proposed token {} outside the vocabulary", drafter_->name(), t);
     if (!prop.q.empty() && prop.q.size() < prop.tokens.size())
-      fail("drafter '{}' returned {} draft distributions for {} tokens", drafter_->name(), prop.q.size(),
-           prop.tokens.size());
+      fail("drafter '{}' returned {} draft distributions for {} tokens", drafter_->name(),
+           prop.q.size(), prop.tokens.size());
   }
   const int k = int(prop.tokens.size());
   std::vector<int32_t> rows{anchor_};
@@ -156,8 +166,8 @@ void Generator::round() {
   ++s_.rounds;
   s_.drafted += k;
 
-  const speculative::Verdict v =
-      speculative::verify({r_.logits.data(), r_.logits.size()}, V, prop, req_.sampling, sampler_->rng());
+  const speculative::Verdict v = speculative::verify({r_.logits.data(), r_.logits.size()}, V, prop,
+                                                     req_.sampling, sampler_->rng());
   for (size_t i = 0; i < v.tokens.size(); ++i) {
     const bool kept = int(i) < v.accepted;
     if (int(i) < k) ++s_.proposed_at[i];
@@ -165,7 +175,8 @@ void Generator::round() {
       ++s_.accepted;
       ++s_.accepted_at[i];
     }
-    if (!emit(v.tokens[i], {r_.logits.data() + int64_t(i) * V, size_t(V)})) return;  // ends here: no rollback
+    if (!emit(v.tokens[i], {r_.logits.data() + int64_t(i) * V, size_t(V)}))
+      return;  // ends here: no rollback
   }
   if (k > 0) {
     t0 = now_seconds();

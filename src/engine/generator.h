@@ -52,10 +52,11 @@ class Generator {
   static constexpr int kMaxDraft = 15;  // verify width 1 + γ stays within the 16-row invariant path
 
   // Auto: MTP if the checkpoint carries it, else none. Mtp without an MTP module is an error.
-  Generator(const model::NemotronH& m, ThreadConfig tc, SpecMode mode = SpecMode::None, int draft_max = 3);
+  Generator(const model::NemotronH& m, ThreadConfig tc, SpecMode mode = SpecMode::None,
+            int draft_max = 3);
   // Any drafter (n-gram, scripted oracle, ...); null = plain decoding.
-  Generator(const model::NemotronH& m, ThreadConfig tc, std::unique_ptr<speculative::Drafter> drafter,
-            int draft_max);
+  Generator(const model::NemotronH& m, ThreadConfig tc,
+            std::unique_ptr<speculative::Drafter> drafter, int draft_max);
   ~Generator();
 
   void begin(GenerateRequest req);
@@ -71,7 +72,9 @@ class Generator {
   const speculative::SpecStats& stats() const { return s_; }
   const speculative::SpecStats& cumulative() const { return total_; }
   // Logits of every prompt row [prompt, V], after the first step of a request with prompt_logits.
-  std::span<const float> prompt_logits() const { return {prompt_logits_.data(), prompt_logits_.size()}; }
+  std::span<const float> prompt_logits() const {
+    return {prompt_logits_.data(), prompt_logits_.size()};
+  }
   // Per-block wall time of every forward this Generator runs (for bench); null = off.
   void set_profile(model::ForwardProfile* p) { profile_ = p; }
 

@@ -15,7 +15,8 @@ class Sampler {
  public:
   explicit Sampler(SamplingParams p) : p_(p), rng_(p.seed) {}
   int32_t sample(std::span<const float> logits) {
-    return p_.greedy() ? kernels::argmax(logits) : kernels::draw(kernels::sampling_distribution(logits, p_), rng_);
+    return p_.greedy() ? kernels::argmax(logits)
+                       : kernels::draw(kernels::sampling_distribution(logits, p_), rng_);
   }
   const SamplingParams& params() const { return p_; }
   // The request's one random stream: drafting and verification draw from it too.

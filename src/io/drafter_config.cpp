@@ -2,7 +2,6 @@
 
 #include <cctype>
 #include <cmath>
-
 #include <nlohmann/json.hpp>
 
 namespace nemo::io {
@@ -20,7 +19,9 @@ std::optional<int64_t> opt_int(const json& j, const char* key) {
   if (it == j.end() || !it->is_number_integer()) return std::nullopt;
   return it->get<int64_t>();
 }
-int64_t int_or(const json& j, const char* key, int64_t def) { return opt_int(j, key).value_or(def); }
+int64_t int_or(const json& j, const char* key, int64_t def) {
+  return opt_int(j, key).value_or(def);
+}
 bool bool_or(const json& j, const char* key, bool def) {
   auto it = j.find(key);
   return it != j.end() && it->is_boolean() ? it->get<bool>() : def;
@@ -39,7 +40,8 @@ std::vector<int64_t> int_list(const json& j, const char* key) {
 std::string architecture_of(const json& cfg) {
   if (!cfg.is_object()) return "";
   auto it = cfg.find("architectures");
-  if (it != cfg.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) return (*it)[0].get<std::string>();
+  if (it != cfg.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
+    return (*it)[0].get<std::string>();
   return "";
 }
 
@@ -47,8 +49,8 @@ std::string drafter_kind(const json& cfg) {
   if (!cfg.is_object()) return "";
   const std::string arch = lower(architecture_of(cfg));
   const auto non_null = [&](const char* k) { return cfg.contains(k) && !cfg[k].is_null(); };
-  if (arch.find("dspark") != std::string::npos || non_null("dspark_markov_rank") || non_null("markov_rank") ||
-      non_null("dspark_fixup_head_type"))
+  if (arch.find("dspark") != std::string::npos || non_null("dspark_markov_rank") ||
+      non_null("markov_rank") || non_null("dspark_fixup_head_type"))
     return "dspark";
   if (arch.find("dflash") != std::string::npos || non_null("dflash_config")) return "dflash";
   return "";
@@ -60,13 +62,16 @@ DrafterConfig parse_drafter_config(const json& cfg) {
   d.architecture = architecture_of(cfg);
   d.model_type = cfg.value("model_type", std::string());
   const json empty = json::object();
-  const json& dc = cfg.contains("dflash_config") && cfg["dflash_config"].is_object() ? cfg["dflash_config"] : empty;
+  const json& dc = cfg.contains("dflash_config") && cfg["dflash_config"].is_object()
+                       ? cfg["dflash_config"]
+                       : empty;
   d.layers = int_or(cfg, "num_hidden_layers", 0);
   d.hidden_size = int_or(cfg, "hidden_size", 0);
   d.vocab_size = int_or(cfg, "vocab_size", 0);
   d.num_attention_heads = int_or(cfg, "num_attention_heads", 0);
   d.num_key_value_heads = int_or(cfg, "num_key_value_heads", d.num_attention_heads);
-  d.head_dim = int_or(cfg, "head_dim", d.num_attention_heads ? d.hidden_size / d.num_attention_heads : 0);
+  d.head_dim =
+      int_or(cfg, "head_dim", d.num_attention_heads ? d.hidden_size / d.num_attention_heads : 0);
   d.intermediate_size = int_or(cfg, "intermediate_size", 0);
   d.target_hidden_size = opt_int(cfg, "target_hidden_size");
   d.num_target_layers = opt_int(cfg, "num_target_layers");
@@ -79,7 +84,8 @@ DrafterConfig parse_drafter_config(const json& cfg) {
   if (!d.markov_rank) d.markov_rank = opt_int(cfg, "markov_rank");
   d.causal = bool_or(dc, "causal", bool_or(cfg, "is_causal", false));
   d.use_swa = bool_or(dc, "use_swa", false);
-  d.attention_sink_bias = bool_or(dc, "attention_sink_bias", bool_or(cfg, "attention_sink_bias", false));
+  d.attention_sink_bias =
+      bool_or(dc, "attention_sink_bias", bool_or(cfg, "attention_sink_bias", false));
   d.has_embed_tokens = bool_or(cfg, "has_embed_tokens", true);
   d.has_lm_head = bool_or(cfg, "has_lm_head", false);
   // Taps, 0-based "output of block L"; eagle_aux ids are the same taps + 1 (dflash_dspark.md §1.1).
@@ -92,8 +98,8 @@ DrafterConfig parse_drafter_config(const json& cfg) {
     d.target_layer_ids_source = "eagle_aux_hidden_state_layer_ids - 1";
   } else if (d.num_target_layers && d.layers > 1) {  // z-lab default build_target_layer_ids
     for (int64_t i = 0; i < d.layers; ++i)
-      d.target_layer_ids.push_back(
-          int64_t(std::llround(1.0 + double(i) * double(*d.num_target_layers - 3 - 1) / double(d.layers - 1))));
+      d.target_layer_ids.push_back(int64_t(std::llround(
+          1.0 + double(i) * double(*d.num_target_layers - 3 - 1) / double(d.layers - 1))));
     d.target_layer_ids_source = "default from num_target_layers";
   }
   return d;

@@ -57,7 +57,7 @@ struct QuantConfig {
   ModuleQuant resolve(const std::string& module) const;
   // Modules the runtime fuses (q/k/v) or stacks (experts): all must resolve alike, else throws.
   ModuleQuant resolve_fused(std::span<const std::string> members) const;
-  // §4.5 step 4, for a runtime module that stands for its children (a fused
+  // formats.md §4.5 step 4, for a runtime module that stands for its children (a fused
   // "...mixer.experts"): the listed entries under PREFIX + "." must all agree; none listed ->
   // resolve(prefix). Only ever looks below the prefix, never at siblings.
   ModuleQuant resolve_children(const std::string& prefix) const;

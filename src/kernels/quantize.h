@@ -47,7 +47,7 @@ AffineQuantized quantize_affine(std::span<const float> w, int64_t rows, int64_t 
 // One MLX group: q codes (0..2^bits-1), f32 scale/bias as used for q, as MLX computes them.
 void affine_quantize_group(const float* w, int n, int bits, uint8_t* q, float* scale, float* bias);
 
-// ---- FP8 static activation quantisation (parity with GPU W8A8 engines, spec §3.3) ----
+// ---- FP8 static activation quantisation (parity with GPU W8A8 engines, formats.md §3.3) ----
 // out[i] = E4M3(clamp(x[i] / input_scale, +-448)) as f32 (the unscaled code value).
 void fp8_quantize_activations(const float* x, int64_t n, float input_scale, float* out);
 // out[i] = E4M3(clamp(x[i] / input_scale)) * input_scale ("fake quant").

@@ -21,7 +21,9 @@ Distribution sampling_distribution(std::span<const float> logits, const Sampling
   if (p.greedy()) return {{argmax(logits), 1.0}};
   std::vector<int32_t> idx(V);
   std::iota(idx.begin(), idx.end(), 0);
-  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; };
+  auto by_logit = [&](int32_t a, int32_t b) {
+    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+  };
   size_t keep = V;
   if (p.top_k > 0 && size_t(p.top_k) < V) {
     keep = size_t(p.top_k);

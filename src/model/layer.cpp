@@ -6,19 +6,29 @@
 
 namespace nemo::model {
 
-Layer Layer::bind(const WeightBinder& b, const layout::Block& L, io::LayerKind kind, const io::ModelConfig& c) {
+Layer Layer::bind(const WeightBinder& b, const layout::Block& L, io::LayerKind kind,
+                  const io::ModelConfig& c) {
   Layer layer{kind, b.values(L.at(layout::Role::LayerNorm)), MlpWeights{}};
   switch (kind) {
-    case io::LayerKind::Mamba: layer.mixer = Mamba2Weights::bind(b, L, c); break;
-    case io::LayerKind::Attention: layer.mixer = AttentionWeights::bind(b, L); break;
-    case io::LayerKind::MoE: layer.mixer = MoEWeights::bind(b, L, c); break;
-    case io::LayerKind::MLP: layer.mixer = MlpWeights::bind(b, L); break;
+    case io::LayerKind::Mamba:
+      layer.mixer = Mamba2Weights::bind(b, L, c);
+      break;
+    case io::LayerKind::Attention:
+      layer.mixer = AttentionWeights::bind(b, L);
+      break;
+    case io::LayerKind::MoE:
+      layer.mixer = MoEWeights::bind(b, L, c);
+      break;
+    case io::LayerKind::MLP:
+      layer.mixer = MlpWeights::bind(b, L);
+      break;
   }
   return layer;
 }
 
-void forward_layers(std::span<const Layer> layers, std::span<const LayerState> states, const io::ModelConfig& c,
-                    float* h, const LayerPass& pass, const ThreadConfig& tc) {
+void forward_layers(std::span<const Layer> layers, std::span<const LayerState> states,
+                    const io::ModelConfig& c, float* h, const LayerPass& pass,
+                    const ThreadConfig& tc) {
   const int64_t T = pass.T, H = c.hidden_size;
   Buffer<float> hn(size_t(T * H)), o(size_t(T * H));
   ForwardProfile* prof = pass.profile;
@@ -33,16 +43,19 @@ void forward_layers(std::span<const Layer> layers, std::span<const LayerState> s
     const Layer& L = layers[i];
     const LayerState& s = states[i];
     // hn = rms_norm(h)
-    for (int64_t t = 0; t < T; ++t) kernels::rms_norm(h + t * H, L.norm_w.data(), H, c.norm_eps, hn.data() + t * H);
+    for (int64_t t = 0; t < T; ++t)
+      kernels::rms_norm(h + t * H, L.norm_w.data(), H, c.norm_eps, hn.data() + t * H);
     charge(&ForwardProfile::norms_s);
     // o = mixer(hn)
     switch (L.kind) {
       case io::LayerKind::Mamba:
-        mamba2_forward(std::get<Mamba2Weights>(L.mixer), hn.data(), T, o.data(), *s.mamba, s.journal, pass.mamba, tc);
+        mamba2_forward(std::get<Mamba2Weights>(L.mixer), hn.data(), T, o.data(), *s.mamba,
+                       s.journal, pass.mamba, tc);
         charge(&ForwardProfile::mamba_s);
         break;
       case io::LayerKind::Attention:
-        attention_forward(std::get<AttentionWeights>(L.mixer), c, hn.data(), T, pass.n_past, o.data(), *s.kv, tc);
+        attention_forward(std::get<AttentionWeights>(L.mixer), c, hn.data(), T, pass.n_past,
+                          o.data(), *s.kv, tc);
         charge(&ForwardProfile::attention_s);
         break;
       case io::LayerKind::MoE:

@@ -26,7 +26,8 @@ struct Layer {
   std::vector<float> norm_w;  // pre-mixer RMSNorm
   std::variant<Mamba2Weights, AttentionWeights, MoEWeights, MlpWeights> mixer;
 
-  static Layer bind(const WeightBinder& b, const layout::Block& L, io::LayerKind kind, const io::ModelConfig& c);
+  static Layer bind(const WeightBinder& b, const layout::Block& L, io::LayerKind kind,
+                    const io::ModelConfig& c);
 };
 
 // Where one layer keeps its part of a sequence's state (null where its kind keeps none).
@@ -44,7 +45,8 @@ struct LayerPass {
 };
 
 // h[T, H] ← each layer in order applied to h, advancing each layer's state by T rows.
-void forward_layers(std::span<const Layer> layers, std::span<const LayerState> states, const io::ModelConfig& c,
-                    float* h, const LayerPass& pass, const ThreadConfig& tc);
+void forward_layers(std::span<const Layer> layers, std::span<const LayerState> states,
+                    const io::ModelConfig& c, float* h, const LayerPass& pass,
+                    const ThreadConfig& tc);
 
 }  // namespace nemo::model

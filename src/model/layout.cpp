@@ -7,6 +7,7 @@ namespace nemo::model::layout {
 using io::LayerKind;
 
 const char* role_name(Role r) {
+  // clang-format off
   static constexpr const char* kNames[] = {
       "embedding", "final_norm", "lm_head", "layer_norm",
       "mamba_in_proj", "mamba_conv", "mamba_conv_bias", "mamba_dt_bias", "mamba_A_log", "mamba_D", "mamba_norm",
@@ -18,6 +19,7 @@ const char* role_name(Role r) {
       "draft_embed", "draft_fc", "draft_hidden_norm", "draft_norm", "draft_lm_head", "draft_input_norm",
       "draft_post_attention_norm", "draft_q", "draft_k", "draft_v", "draft_o", "draft_q_norm", "draft_k_norm",
       "draft_sink", "draft_gate", "draft_up", "draft_down", "markov_w1", "markov_w2"};
+  // clang-format on
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(Role::MarkovW2) + 1);
   return kNames[size_t(r)];
 }
@@ -38,14 +40,18 @@ const TensorSpec* Block::find(Role r, int index) const {
 
 const TensorSpec& Block::at(Role r, int index) const {
   const TensorSpec* s = find(r, index);
-  if (!s) fail("layout: block has no tensor with role {}{}", role_name(r), index >= 0 ? fmt::format(" #{}", index) : "");
+  if (!s)
+    fail("layout: block has no tensor with role {}{}", role_name(r),
+         index >= 0 ? fmt::format(" #{}", index) : "");
   return *s;
 }
 
 std::string layer_prefix(const std::string& backbone_prefix, size_t i) {
   return backbone_prefix + "layers." + std::to_string(i);
 }
-std::string mtp_prefix(size_t sublayer) { return "mtp.layers." + std::to_string(sublayer); }
+std::string mtp_prefix(size_t sublayer) {
+  return "mtp.layers." + std::to_string(sublayer);
+}
 
 namespace {
 
@@ -65,7 +71,8 @@ struct Builder {
   }
 };
 
-// nemotron_h.md §3: in_proj → z | xBC | dt; causal conv over xBC; A = −exp(A_log); gated norm; out_proj.
+// nemotron_h.md §3.1: in_proj → z | xBC | dt; causal conv over xBC; A = −exp(A_log); gated norm;
+// out_proj.
 void mamba2(Builder& b, const std::string& p, const io::ModelConfig& c) {
   const int64_t H = c.hidden_size, NH = c.mamba_num_heads;
   b.linear(Role::MambaInProj, p + ".in_proj", c.in_proj_dim(), H);
@@ -78,16 +85,18 @@ void mamba2(Builder& b, const std::string& p, const io::ModelConfig& c) {
   b.linear(Role::MambaOutProj, p + ".out_proj", H, c.mamba_inner());
 }
 
-// §4: GQA projections without bias or positional encoding.
+// nemotron_h.md §4: GQA projections without bias or positional encoding.
 void attention(Builder& b, const std::string& p, const io::ModelConfig& c) {
-  const int64_t H = c.hidden_size, QW = c.num_attention_heads * c.head_dim, KW = c.num_key_value_heads * c.head_dim;
+  const int64_t H = c.hidden_size, QW = c.num_attention_heads * c.head_dim,
+                KW = c.num_key_value_heads * c.head_dim;
   b.linear(Role::AttnQ, p + ".q_proj", QW, H);
   b.linear(Role::AttnK, p + ".k_proj", KW, H);
   b.linear(Role::AttnV, p + ".v_proj", KW, H);
   b.linear(Role::AttnO, p + ".o_proj", H, QW);
 }
 
-// §5: router (+ selection bias, zero when absent), E routed relu² experts, the shared expert.
+// nemotron_h.md §5.1: router (+ selection bias, zero when absent), E routed relu² experts, the
+// shared expert.
 void moe(Builder& b, const std::string& p, const io::ModelConfig& c) {
   const int64_t H = c.hidden_size, E = c.n_routed_experts, F = c.moe_intermediate_size;
   b.linear(Role::Router, p + ".gate", E, H);
@@ -111,21 +120,31 @@ void mlp(Builder& b, const std::string& p, const io::ModelConfig& c) {
 
 void mixer(Builder& b, LayerKind kind, const std::string& mp, const io::ModelConfig& c) {
   switch (kind) {
-    case LayerKind::Mamba: mamba2(b, mp, c); break;
-    case LayerKind::Attention: attention(b, mp, c); break;
-    case LayerKind::MoE: moe(b, mp, c); break;
-    case LayerKind::MLP: mlp(b, mp, c); break;
+    case LayerKind::Mamba:
+      mamba2(b, mp, c);
+      break;
+    case LayerKind::Attention:
+      attention(b, mp, c);
+      break;
+    case LayerKind::MoE:
+      moe(b, mp, c);
+      break;
+    case LayerKind::MLP:
+      mlp(b, mp, c);
+      break;
   }
 }
 
 }  // namespace
 
-Block layer_block(const io::ModelConfig& c, LayerKind kind, const std::string& lp, Part part, int layer) {
+Block layer_block(const io::ModelConfig& c, LayerKind kind, const std::string& lp, Part part,
+                  int layer) {
   std::vector<TensorSpec> v;
   Builder b{v, part, layer};
   const int64_t H = c.hidden_size;
   // One MTP module flattened as mtp.layers.{0..n-1} (nemotron_h.md §6.1): the fusion
-  // (enorm, hnorm, eh_proj over [enorm(e); hnorm(h)]) on the first sub-layer, the final norm on the last.
+  // (enorm, hnorm, eh_proj over [enorm(e); hnorm(h)]) on the first sub-layer, the final norm on the
+  // last.
   const bool mtp = part == Part::Mtp;
   if (mtp && layer == 0) {
     b.vector(Role::MtpENorm, lp + ".enorm.weight", H);
@@ -134,7 +153,8 @@ Block layer_block(const io::ModelConfig& c, LayerKind kind, const std::string& l
   }
   b.vector(Role::LayerNorm, lp + ".norm.weight", H);
   mixer(b, kind, lp + ".mixer", c);
-  if (mtp && size_t(layer) + 1 == c.mtp_layers.size()) b.vector(Role::MtpFinalNorm, lp + ".final_layernorm.weight", H);
+  if (mtp && size_t(layer) + 1 == c.mtp_layers.size())
+    b.vector(Role::MtpFinalNorm, lp + ".final_layernorm.weight", H);
   return Block(std::move(v));
 }
 
@@ -184,7 +204,8 @@ std::vector<TensorSpec> drafter_tensors(const io::DrafterConfig& d, const std::s
   }
   top.vector(Role::DraftNorm, P + "norm.weight", H);
   if (d.has_lm_head) top.linear(Role::DraftLmHead, "lm_head", V, H);
-  if (spark && d.markov_rank) {  // rank-r Markov head: logits += W2 · W1[prev] (§3.3)
+  if (spark &&
+      d.markov_rank) {  // rank-r Markov head: logits += W2 · W1[prev] (dflash_dspark.md §3.1)
     top.linear(Role::MarkovW1, P + "markov_head.markov_w1", V, *d.markov_rank);
     top.linear(Role::MarkovW2, P + "markov_head.markov_w2", V, *d.markov_rank);
   }
@@ -195,8 +216,9 @@ std::optional<StackedAlias> stacked_alias(const TensorSpec& s, int64_t n_experts
   if (s.role != Role::ExpertUp && s.role != Role::ExpertDown) return std::nullopt;
   const size_t at = s.name.rfind(".experts.");
   if (at == std::string::npos) return std::nullopt;
-  return StackedAlias{s.name.substr(0, at) + (s.role == Role::ExpertUp ? ".switch_mlp.fc1" : ".switch_mlp.fc2"),
-                      s.index, n_experts};
+  return StackedAlias{
+      s.name.substr(0, at) + (s.role == Role::ExpertUp ? ".switch_mlp.fc1" : ".switch_mlp.fc2"),
+      s.index, n_experts};
 }
 
 }  // namespace nemo::model::layout

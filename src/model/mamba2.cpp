@@ -13,10 +13,18 @@ using kernels::dot;
 using layout::Role;
 
 Mamba2Dims::Mamba2Dims(const io::ModelConfig& c)
-    : H(c.hidden_size), NH(c.mamba_num_heads), P(c.mamba_head_dim), G(c.n_groups), N(c.ssm_state_size),
-      K(c.conv_kernel), DI(c.mamba_inner()), CD(c.conv_dim()), DP(c.in_proj_dim()) {}
+    : H(c.hidden_size),
+      NH(c.mamba_num_heads),
+      P(c.mamba_head_dim),
+      G(c.n_groups),
+      N(c.ssm_state_size),
+      K(c.conv_kernel),
+      DI(c.mamba_inner()),
+      CD(c.conv_dim()),
+      DP(c.in_proj_dim()) {}
 
-Mamba2Weights Mamba2Weights::bind(const WeightBinder& b, const layout::Block& L, const io::ModelConfig& c) {
+Mamba2Weights Mamba2Weights::bind(const WeightBinder& b, const layout::Block& L,
+                                  const io::ModelConfig& c) {
   Mamba2Weights w;
   w.dims = Mamba2Dims(c);
   // ssm_step_head keeps B·dt for one row on the stack.
@@ -38,8 +46,8 @@ Mamba2Weights Mamba2Weights::bind(const WeightBinder& b, const layout::Block& L,
   return w;
 }
 
-void conv1d_silu(const Mamba2Weights& w, const float* window, const ProjRows& raw, int64_t T, float* out,
-                 const ThreadConfig& tc) {
+void conv1d_silu(const Mamba2Weights& w, const float* window, const ProjRows& raw, int64_t T,
+                 float* out, const ThreadConfig& tc) {
   const Mamba2Dims& d = w.dims;
   const int64_t KW = d.K - 1;
   parallel_for(tc, d.CD, std::max<int64_t>(256, 65536 / (T * d.K)), [&](int64_t c0, int64_t c1) {
@@ -57,7 +65,8 @@ void conv1d_silu(const Mamba2Weights& w, const float* window, const ProjRows& ra
   });
 }
 
-void shift_conv_window(const Mamba2Dims& d, Buffer<float>& window, const float* raw_xbc, int64_t stride, int64_t T) {
+void shift_conv_window(const Mamba2Dims& d, Buffer<float>& window, const float* raw_xbc,
+                       int64_t stride, int64_t T) {
   const int64_t KW = d.K - 1;
   Buffer<float> nw(window.size());
   for (int64_t r = 0; r < KW; ++r) {
@@ -75,8 +84,8 @@ float dt_from_raw(const Mamba2Weights& w, float raw, int64_t head) {
   return dt;
 }
 
-void ssm_step_head(float* S, const float* x, const float* B, const float* C, float dt, float A, float D,
-                   int64_t P, int64_t N, float* y) {
+void ssm_step_head(float* S, const float* x, const float* B, const float* C, float dt, float A,
+                   float D, int64_t P, int64_t N, float* y) {
   const float dA = std::exp(dt * A);
   float dtB[512];  // N <= 512 (checked at load)
   for (int64_t n = 0; n < N; ++n) dtB[n] = B[n] * dt;
@@ -88,28 +97,30 @@ void ssm_step_head(float* S, const float* x, const float* B, const float* C, flo
   }
 }
 
-void ssm_scan_recurrent(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T, float* S, float* y,
-                        const ThreadConfig& tc) {
+void ssm_scan_recurrent(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T,
+                        float* S, float* y, const ThreadConfig& tc) {
   const Mamba2Dims& d = w.dims;
   // Heads are independent, so threads split heads; each head runs its rows in order.
-  parallel_for(tc, d.NH, std::max<int64_t>(1, 65536 / (T * d.P * d.N)), [&](int64_t h0, int64_t h1) {
-    for (int64_t h = h0; h < h1; ++h) {
-      const int64_t g = d.group_of(h);
-      float* Sh = S + h * d.P * d.N;
-      for (int64_t t = 0; t < T; ++t)
-        ssm_step_head(Sh, xbc.x(t, h), xbc.B(t, g), xbc.C(t, g), dt[t * d.NH + h], w.A[h], w.D[h], d.P, d.N,
-                      y + t * d.DI + h * d.P);
-    }
-  });
+  parallel_for(tc, d.NH, std::max<int64_t>(1, 65536 / (T * d.P * d.N)),
+               [&](int64_t h0, int64_t h1) {
+                 for (int64_t h = h0; h < h1; ++h) {
+                   const int64_t g = d.group_of(h);
+                   float* Sh = S + h * d.P * d.N;
+                   for (int64_t t = 0; t < T; ++t)
+                     ssm_step_head(Sh, xbc.x(t, h), xbc.B(t, g), xbc.C(t, g), dt[t * d.NH + h],
+                                   w.A[h], w.D[h], d.P, d.N, y + t * d.DI + h * d.P);
+                 }
+               });
 }
 
 namespace {
 
 // One SSD chunk [t0, t1) of one head (nemotron_h.md §3.6), with Gm[i][j] = C_i·B_j of its group:
-//   y_i = exp(cs_i)·(S·C_i) + Σ_{j≤i} Gm[i][j]·exp(cs_i − cs_j)·dt_j·x_j + D·x_i,   cs = cumsum(dt·A)
-//   S  ← exp(cs_last)·S + Σ_j exp(cs_last − cs_j)·(dt_j·x_j) ⊗ B_j
-void ssd_chunk_head(const Mamba2Weights& w, const XbcRows& xbc, const float* dt_all, int64_t h, int64_t t0,
-                    int64_t t1, const float* Gm, float* S, float* y, std::vector<float>& scratch) {
+//   y_i = exp(cs_i)·(S·C_i) + Σ_{j≤i} Gm[i][j]·exp(cs_i − cs_j)·dt_j·x_j + D·x_i,   cs =
+//   cumsum(dt·A) S  ← exp(cs_last)·S + Σ_j exp(cs_last − cs_j)·(dt_j·x_j) ⊗ B_j
+void ssd_chunk_head(const Mamba2Weights& w, const XbcRows& xbc, const float* dt_all, int64_t h,
+                    int64_t t0, int64_t t1, const float* Gm, float* S, float* y,
+                    std::vector<float>& scratch) {
   const Mamba2Dims& d = w.dims;
   const int64_t Q = t1 - t0, P = d.P, N = d.N, g = d.group_of(h);
   const float A = w.A[h], Dh = w.D[h];
@@ -147,8 +158,8 @@ void ssd_chunk_head(const Mamba2Weights& w, const XbcRows& xbc, const float* dt_
 
 }  // namespace
 
-void ssm_scan_chunked(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T, float* S, float* y,
-                      const ThreadConfig& tc) {
+void ssm_scan_chunked(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T,
+                      float* S, float* y, const ThreadConfig& tc) {
   const Mamba2Dims& d = w.dims;
   const int64_t Qmax = w.chunk_size;
   std::vector<float> Gm(size_t(d.G * Qmax * Qmax));
@@ -158,7 +169,8 @@ void ssm_scan_chunked(const Mamba2Weights& w, const XbcRows& xbc, const float* d
     parallel_for(tc, d.G * Q, 1, [&](int64_t a, int64_t b) {
       for (int64_t gi = a; gi < b; ++gi) {
         const int64_t g = gi / Q, i = gi % Q;
-        for (int64_t j = 0; j <= i; ++j) Gm[(g * Qmax + i) * Qmax + j] = dot(xbc.C(t0 + i, g), xbc.B(t0 + j, g), d.N);
+        for (int64_t j = 0; j <= i; ++j)
+          Gm[(g * Qmax + i) * Qmax + j] = dot(xbc.C(t0 + i, g), xbc.B(t0 + j, g), d.N);
       }
     });
     parallel_for(tc, d.NH, 1, [&](int64_t h0, int64_t h1) {
@@ -177,7 +189,8 @@ void ssm_scan_chunked(const Mamba2Weights& w, const XbcRows& xbc, const float* d
   }
 }
 
-void gated_group_rmsnorm(const Mamba2Weights& w, float* y, const ProjRows& proj, int64_t T, const ThreadConfig& tc) {
+void gated_group_rmsnorm(const Mamba2Weights& w, float* y, const ProjRows& proj, int64_t T,
+                         const ThreadConfig& tc) {
   const Mamba2Dims& d = w.dims;
   const int64_t gs = d.DI / d.G;  // groups of DI/G contiguous channels
   parallel_for(tc, T * d.G, std::max<int64_t>(1, 65536 / gs), [&](int64_t a, int64_t b) {
@@ -194,8 +207,8 @@ void gated_group_rmsnorm(const Mamba2Weights& w, float* y, const ProjRows& proj,
 namespace {
 
 // Before the round: the state; per row: the raw xBC (conv window replay) and the recurrence inputs.
-void journal_round(const Mamba2Dims& d, const MambaState& st, const ProjRows& proj, const XbcRows& xbc,
-                   const Buffer<float>& dt, int64_t T, MambaJournal& j) {
+void journal_round(const Mamba2Dims& d, const MambaState& st, const ProjRows& proj,
+                   const XbcRows& xbc, const Buffer<float>& dt, int64_t T, MambaJournal& j) {
   j.conv0.resize(st.conv.size());
   std::memcpy(j.conv0.data(), st.conv.data(), st.conv.bytes());
   j.ssm0.resize(st.ssm.size());
@@ -233,8 +246,10 @@ void mamba2_forward(const Mamba2Weights& w, const float* hn, int64_t T, float* o
   shift_conv_window(d, st.conv, proj.xBC(0), d.DP, T);
   // 4. y ← the SSM scan: the exact recurrence, or the chunked SSD form for long prefills.
   Buffer<float> y(size_t(T * d.DI));
-  if (opt.record || T < opt.ssd_min_rows) ssm_scan_recurrent(w, xbc, dt.data(), T, st.ssm.data(), y.data(), tc);
-  else ssm_scan_chunked(w, xbc, dt.data(), T, st.ssm.data(), y.data(), tc);
+  if (opt.record || T < opt.ssd_min_rows)
+    ssm_scan_recurrent(w, xbc, dt.data(), T, st.ssm.data(), y.data(), tc);
+  else
+    ssm_scan_chunked(w, xbc, dt.data(), T, st.ssm.data(), y.data(), tc);
   // 5. y ← rmsnorm(y · silu(z)) per group.
   gated_group_rmsnorm(w, y.data(), proj, T, tc);
   // 6. out_proj.

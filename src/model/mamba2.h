@@ -30,7 +30,7 @@ struct Mamba2Dims {
   int64_t group_of(int64_t head) const { return head / (NH / G); }
 };
 
-// Rows of the in_proj output: z [DI] | xBC [CD] | dt_raw [NH].
+// Rows of the in_proj output: z [DI] | xBC [CD] | dt_raw [NH] (nemotron_h.md §3.2).
 struct ProjRows {
   const float* data;
   const Mamba2Dims& d;
@@ -39,7 +39,8 @@ struct ProjRows {
   const float* dt_raw(int64_t t) const { return data + t * d.DP + d.DI + d.CD; }
 };
 
-// Rows of the (post-conv) xBC activations: x [NH heads of P] | B [G groups of N] | C [G groups of N].
+// Rows of the (post-conv) xBC activations: x [NH heads of P] | B [G groups of N] | C [G groups of
+// N].
 template <typename T>
 struct XbcRowsOf {
   T* data;
@@ -53,46 +54,53 @@ using XbcRows = XbcRowsOf<const float>;
 
 struct Mamba2Weights {
   Mamba2Dims dims;
-  Linear in_proj;             // [DP, H]: z | xBC | dt
-  Linear out_proj;            // [H, DI]
-  std::vector<float> conv_w;  // [CD, K]: tap K-1 multiplies the newest row
-  std::vector<float> conv_b;  // [CD] (zeros if the config has no conv bias)
+  Linear in_proj;                    // [DP, H]: z | xBC | dt
+  Linear out_proj;                   // [H, DI]
+  std::vector<float> conv_w;         // [CD, K]: tap K-1 multiplies the newest row
+  std::vector<float> conv_b;         // [CD] (zeros if the config has no conv bias)
   std::vector<float> dt_bias, A, D;  // [NH]; A = -exp(A_log)
-  std::vector<float> norm_w;  // [DI] gated grouped RMSNorm weight
+  std::vector<float> norm_w;         // [DI] gated grouped RMSNorm weight
   float norm_eps = 1e-5f;
   float dt_min = 0.0f, dt_max = INFINITY;  // time_step_limit; (0, inf) = no clamp
   int64_t chunk_size = 128;                // SSD chunk length
 
-  static Mamba2Weights bind(const WeightBinder& b, const layout::Block& L, const io::ModelConfig& c);
+  static Mamba2Weights bind(const WeightBinder& b, const layout::Block& L,
+                            const io::ModelConfig& c);
 };
 
 struct Mamba2Options {
-  bool record = false;         // keep a journal so NemotronH::accept can roll back
-  int64_t ssd_min_rows = 17;   // row counts >= this use the chunked SSD form (never when recording)
+  bool record = false;        // keep a journal so NemotronH::accept can roll back
+  int64_t ssd_min_rows = 17;  // row counts >= this use the chunked SSD form (never when recording)
 };
 
 // ---- the spec steps ------------------------------------------------------------------------
 
-// §3.2 causal depthwise conv + SiLU over the xBC channels of T new rows, the window being the K−1
-// raw rows before them: out[t][c] = silu(b[c] + Σ_k w[c][k] · raw[t−K+1+k][c]), taps summed in k order.
-void conv1d_silu(const Mamba2Weights& w, const float* window, const ProjRows& raw, int64_t T, float* out,
-                 const ThreadConfig& tc);
+// nemotron_h.md §3.3 causal depthwise conv + SiLU over the xBC channels of T new rows, the window
+// being the K−1 raw rows before them: out[t][c] = silu(b[c] + Σ_k w[c][k] · raw[t−K+1+k][c]), taps
+// summed in k order.
+void conv1d_silu(const Mamba2Weights& w, const float* window, const ProjRows& raw, int64_t T,
+                 float* out, const ThreadConfig& tc);
 // The conv window after T rows: the last K−1 raw xBC rows of [window ‖ rows].
-void shift_conv_window(const Mamba2Dims& d, Buffer<float>& window, const float* raw_xbc, int64_t stride, int64_t T);
-// §3.3 dt = softplus(dt_raw + dt_bias), clamped only when the config sets time_step_limit.
+void shift_conv_window(const Mamba2Dims& d, Buffer<float>& window, const float* raw_xbc,
+                       int64_t stride, int64_t T);
+// nemotron_h.md §3.4 dt = softplus(dt_raw + dt_bias), clamped only when the config sets
+// time_step_limit.
 float dt_from_raw(const Mamba2Weights& w, float raw, int64_t head);
-// §3.4 one recurrence step for one head: S[P, N] = S·exp(dt·A) + (B·dt) ⊗ x;  y = S·C + D·x.
-// The single definition of the recurrence, shared by decode, verify and replay.
-void ssm_step_head(float* S, const float* x, const float* B, const float* C, float dt, float A, float D,
-                   int64_t P, int64_t N, float* y);
+// nemotron_h.md §3.5 one recurrence step for one head: S[P, N] = S·exp(dt·A) + (B·dt) ⊗ x;  y = S·C
+// + D·x. The single definition of the recurrence, shared by decode, verify and replay.
+void ssm_step_head(float* S, const float* x, const float* B, const float* C, float dt, float A,
+                   float D, int64_t P, int64_t N, float* y);
 // The recurrence over T rows, heads split across threads: y[t] [DI]; S = state [NH, P, N].
-void ssm_scan_recurrent(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T, float* S, float* y,
-                        const ThreadConfig& tc);
-// §3.6 the chunked SSD form of the same scan (mathematically equal, rounds differently): long prefills.
-void ssm_scan_chunked(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T, float* S, float* y,
-                      const ThreadConfig& tc);
-// §3.5 y ← rmsnorm(y · silu(z)) per group of DI/G channels, times norm_w (in place on T rows of y).
-void gated_group_rmsnorm(const Mamba2Weights& w, float* y, const ProjRows& proj, int64_t T, const ThreadConfig& tc);
+void ssm_scan_recurrent(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T,
+                        float* S, float* y, const ThreadConfig& tc);
+// nemotron_h.md §3.6 the chunked SSD form of the same scan (mathematically equal, rounds
+// differently): long prefills.
+void ssm_scan_chunked(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T,
+                      float* S, float* y, const ThreadConfig& tc);
+// nemotron_h.md §3.7 y ← rmsnorm(y · silu(z)) per group of DI/G channels, times norm_w (in place on
+// T rows of y).
+void gated_group_rmsnorm(const Mamba2Weights& w, float* y, const ProjRows& proj, int64_t T,
+                         const ThreadConfig& tc);
 
 // ---- the mixer -----------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ struct MambaJournal {
 };
 
 // Storage type of the attention KV cache. F32 is exact; BF16 halves it; FP8 (E4M3) quarters it,
-// scaled by the checkpoint's per-layer k_scale / v_scale (formats §3.5). Values are converted on
+// scaled by the checkpoint's per-layer k_scale / v_scale (formats.md §3.5). Values are converted on
 // write and widened to f32 on read, element by element, so batch invariance is unaffected.
 enum class KvDtype : uint8_t { F32, BF16, FP8 };
 KvDtype parse_kv_dtype(const std::string& s);  // f32 | bf16 | fp8

@@ -7,7 +7,8 @@ namespace nemo::speculative {
 namespace {
 
 // A sample of normalise(max(0, p − q)); q is one-hot at `draft` when null.
-int32_t draw_residual(const kernels::Distribution& p, const kernels::Distribution* q, int32_t draft, Rng& rng) {
+int32_t draw_residual(const kernels::Distribution& p, const kernels::Distribution* q, int32_t draft,
+                      Rng& rng) {
   kernels::Distribution r;
   double sum = 0.0;
   for (const auto& [id, pp] : p) {
@@ -18,15 +19,16 @@ int32_t draw_residual(const kernels::Distribution& p, const kernels::Distributio
       sum += v;
     }
   }
-  if (r.empty() || sum <= 0.0) return kernels::draw(p, rng);  // p == q: unreachable after a rejection
+  if (r.empty() || sum <= 0.0)
+    return kernels::draw(p, rng);  // p == q: unreachable after a rejection
   for (auto& [_, v] : r) v /= sum;
   return kernels::draw(r, rng);
 }
 
 }  // namespace
 
-Verdict verify(std::span<const float> logits, int64_t V, const DraftProposal& prop, const SamplingParams& sp,
-               Rng& rng) {
+Verdict verify(std::span<const float> logits, int64_t V, const DraftProposal& prop,
+               const SamplingParams& sp, Rng& rng) {
   const int k = int(prop.tokens.size());
   Verdict v;
   for (int i = 0; i <= k; ++i) {
@@ -42,7 +44,8 @@ Verdict verify(std::span<const float> logits, int64_t V, const DraftProposal& pr
         const int32_t d = prop.tokens[size_t(i)];
         const auto* q = prop.q.empty() ? nullptr : &prop.q[size_t(i)];
         const double qd = q ? kernels::prob_of(*q, d) : 1.0;
-        kept = qd > 0.0 && rng.uniform() * qd < kernels::prob_of(p, d);  // u < p/q, i.e. min(1, p/q)
+        kept =
+            qd > 0.0 && rng.uniform() * qd < kernels::prob_of(p, d);  // u < p/q, i.e. min(1, p/q)
         out = kept ? d : draw_residual(p, q, d, rng);
       } else {
         out = kernels::draw(p, rng);
@@ -77,14 +80,18 @@ void SpecStats::add(const SpecStats& o) {
 
 std::string SpecStats::summary() const {
   std::string s = fmt::format(
-      "spec: {} verify calls, {} drafted, {} accepted ({:.1f}%), mean acceptance length {:.2f} tokens/call\n",
+      "spec: {} verify calls, {} drafted, {} accepted ({:.1f}%), mean acceptance length {:.2f} "
+      "tokens/call\n",
       rounds, drafted, accepted, 100.0 * acceptance_rate(), mean_accept_length());
   s += "spec: acceptance by draft position:";
   for (size_t i = 0; i < proposed_at.size(); ++i)
     if (proposed_at[i])
-      s += fmt::format(" {}:{:.0f}%", i + 1, 100.0 * double(accepted_at[i]) / double(proposed_at[i]));
-  s += fmt::format("\nspec: time prefill {:.3f}s, draft {:.3f}s, verify {:.3f}s, rollback {:.4f}s, total {:.3f}s\n",
-                   prefill_s, draft_s, verify_s, rollback_s, total_s);
+      s += fmt::format(" {}:{:.0f}%", i + 1,
+                       100.0 * double(accepted_at[i]) / double(proposed_at[i]));
+  s += fmt::format(
+      "\nspec: time prefill {:.3f}s, draft {:.3f}s, verify {:.3f}s, rollback {:.4f}s, total "
+      "{:.3f}s\n",
+      prefill_s, draft_s, verify_s, rollback_s, total_s);
   return s;
 }
 

@@ -25,8 +25,8 @@ struct Verdict {
 
 // logits: rows [anchor, d_1..d_k] of width V (k = proposal.tokens.size()). Consumes `rng` in row
 // order: one uniform per examined draft, one draw for the correction or bonus token.
-Verdict verify(std::span<const float> logits, int64_t V, const DraftProposal& proposal, const SamplingParams& sp,
-               Rng& rng);
+Verdict verify(std::span<const float> logits, int64_t V, const DraftProposal& proposal,
+               const SamplingParams& sp, Rng& rng);
 
 struct SpecStats {
   int64_t rounds = 0;    // verify calls (target forwards after prefill)
@@ -37,7 +37,9 @@ struct SpecStats {
   double prefill_s = 0, draft_s = 0, verify_s = 0, rollback_s = 0, total_s = 0;
 
   // Mean tokens emitted per verify call (accepted drafts + 1).
-  double mean_accept_length() const { return rounds ? double(accepted + rounds) / double(rounds) : 0.0; }
+  double mean_accept_length() const {
+    return rounds ? double(accepted + rounds) / double(rounds) : 0.0;
+  }
   double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
   void add(const SpecStats& o);  // cumulative telemetry across requests
   std::string summary() const;   // human-readable, multi-line

@@ -17,7 +17,7 @@ using nlohmann::json;
 
 namespace {
 
-// A config shaped like Lightning's hf_quant_config.json (§4.2), trimmed to a few layers:
+// A config shaped like Lightning's hf_quant_config.json (formats.md §4.2), trimmed to a few layers:
 // layer 0 Mamba (FP8 in/out_proj), layer 1 MoE (NVFP4 experts), layer 5 attention (BF16).
 json lightning_hf_quant() {
   json layers = json::object();
@@ -43,7 +43,7 @@ json lightning_hf_quant() {
               "backbone.layers.5.mixer.v_proj", "mtp*"}}}}};
 }
 
-// The converted config.json form (§4.3) of the same information.
+// The converted config.json form (formats.md §4.3) of the same information.
 json lightning_config_json(bool with_layers = true) {
   const json q = lightning_hf_quant()["quantization"];
   json fp8_targets = json::array(), fp4_targets = json::array();
@@ -146,7 +146,7 @@ TEST(QuantConfig, LightningHfQuantConfig) {
   EXPECT_TRUE(q.declared);
   EXPECT_EQ(qc.resolve("backbone.layers.0.mixer.in_proj").algo, QuantAlgo::FP8);
   EXPECT_EQ(qc.resolve("lm_head").algo, QuantAlgo::W4A16_NVFP4);
-  // Siblings of FP8 modules stay unquantized (the vLLM "parent/sibling" bug, §4.5).
+  // Siblings of FP8 modules stay unquantized (the vLLM "parent/sibling" bug, formats.md §4.5).
   for (const char* m : {"backbone.layers.0.mixer.conv1d", "backbone.layers.0.mixer.norm", "backbone.layers.1.mixer.gate",
                         "backbone.layers.5.mixer.q_proj", "backbone.embeddings", "backbone.layers.1.mixer.experts",
                         "backbone.layers.1.mixer.experts.9.up_proj", "backbone.layers.0.mixer"})

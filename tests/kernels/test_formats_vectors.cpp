@@ -19,7 +19,7 @@ namespace {
 uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 float fbits(uint32_t u) { return std::bit_cast<float>(u); }
 
-// Equal bit patterns, with +0 and -0 treated as equal (spec §2.3).
+// Equal bit patterns, with +0 and -0 treated as equal (formats.md §2.3).
 ::testing::AssertionResult same_bits(float got, uint32_t want) {
   if (bits(got) == want || (got == 0.0f && fbits(want) == 0.0f)) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << std::hex << "got 0x" << bits(got) << " want 0x" << want;
@@ -45,7 +45,7 @@ PackedWeight nvfp4_view(const std::vector<uint8_t>& w, const std::vector<uint8_t
 
 }  // namespace
 
-// §7.1
+// formats.md §7.1
 TEST(FormatVectors, E2M1Packing) {
   struct Case {
     uint8_t byte;
@@ -90,7 +90,7 @@ TEST(FormatVectors, E2M1Encode) {
   }
 }
 
-// §7.2: all 256 codes against an independent formula, the listed values, and MLX's f16 trick.
+// formats.md §7.2: all 256 codes against an independent formula, the listed values, and MLX's f16 trick.
 TEST(FormatVectors, E4M3DecodeAll256) {
   const auto& t = e4m3_table();
   for (int b = 0; b < 256; ++b) {
@@ -150,7 +150,7 @@ TEST(FormatVectors, E4M3Encode) {
   }
 }
 
-// §7.3 TV-NVFP4-1
+// formats.md §7.3 TV-NVFP4-1
 TEST(FormatVectors, TvNvfp4_1) {
   const std::vector<uint8_t> w = {0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE,
                                   0x7F, 0x00, 0x21, 0xA9, 0x4C, 0xE7, 0x18, 0x5B};
@@ -187,7 +187,7 @@ TEST(FormatVectors, TvNvfp4_1) {
   }
 }
 
-// §7.4 TV-NVFP4-2 and the MLX requantization of the same group.
+// formats.md §7.4 TV-NVFP4-2 and the MLX requantization of the same group.
 TEST(FormatVectors, TvNvfp4_2_AndMlxRequant) {
   const std::vector<uint8_t> w = {0x60, 0xB6, 0xCA, 0x84, 0xF5, 0x97, 0x94, 0x3B, 0x94, 0x49, 0xED,
                                   0xC2, 0xCF, 0xEB, 0x0E, 0x95, 0x1A, 0x92, 0x71, 0xA8, 0x11, 0xB2,
@@ -255,7 +255,7 @@ TEST(FormatVectors, TvNvfp4_2_AndMlxRequant) {
   for (int k = 0; k < 64; ++k) EXPECT_EQ(again[k], out[k]) << k;
 }
 
-// §7.5
+// formats.md §7.5
 TEST(FormatVectors, Fp8WeightAndStaticActivation) {
   const std::vector<uint8_t> w = {0x38, 0xC4, 0x26, 0x7E, 0x01, 0x80, 0x4C, 0xB8};
   const float ws = fbits(0x3C4CCCCD);
@@ -298,7 +298,7 @@ TEST(FormatVectors, Fp8WeightAndStaticActivation) {
   }
 }
 
-// §7.6
+// formats.md §7.6
 TEST(FormatVectors, MlxAffineGroups) {
   {  // TV-MLX-1: exact, negative scale
     std::vector<float> w(64);
@@ -344,4 +344,4 @@ TEST(FormatVectors, MlxAffineGroups) {
   }
 }
 
-// §7.7 is the GPU swizzle; the CPU kernels read the linear layout and need none (no test).
+// formats.md §7.7 is the GPU swizzle; the CPU kernels read the linear layout and need none (no test).

@@ -262,7 +262,7 @@ TEST(LinearPacked, DequantizeRowMatchesKernelWeights) {
       dequantize_row(c->w, o, wr.data());
       for (int64_t k = 0; k < K; ++k) {
         const float want = c->kernel_w[size_t(o * K + k)] * c->post;
-        // NVFP4 decodes E2M1 * (E4M3 * s2) (spec order): within 1 ulp of (E2M1 * E4M3) * s2.
+        // NVFP4 decodes E2M1 * (E4M3 * s2) (formats.md §2.5 order): within 1 ulp of (E2M1 * E4M3) * s2.
         EXPECT_LE(std::fabs(wr[k] - want), std::fabs(want) * 1.2e-7f) << c->name << " o=" << o << " k=" << k;
       }
     }

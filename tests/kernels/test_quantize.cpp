@@ -67,7 +67,7 @@ TEST(Quantize, Nvfp4RoundTrip) {
         EXPECT_LE(std::fabs(d[i] - w[i]), 1.0f * step * 1.0001f) << o << "," << k;
         dmax = std::max(dmax, std::fabs(d[i]));
       }
-    // Spec §6.4: ~9.5 % (Gaussian), ~9.1 % (Student-t) relative RMS; max |w| ~ amax.
+    // formats.md §6.4: ~9.5 % (Gaussian), ~9.1 % (Student-t) relative RMS; max |w| ~ amax.
     const double e = rel_rms(d, w);
     EXPECT_GT(e, 0.05);
     EXPECT_LT(e, 0.12);
@@ -113,7 +113,7 @@ TEST(Quantize, Fp8RoundTrip) {
   }
   const double e = rel_rms(d, w);
   EXPECT_GT(e, 0.01);
-  EXPECT_LT(e, 0.035);  // spec §6.4: 2.6 %
+  EXPECT_LT(e, 0.035);  // formats.md §6.4: 2.6 %
   // The amax element is exact (448 * scale), sign kept.
   for (size_t i = 0; i < w.size(); ++i)
     if (std::fabs(w[i]) == amax) {

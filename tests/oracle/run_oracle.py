@@ -70,7 +70,7 @@ WEIGHT_RMS_BOUNDS = {"nvfp4": 0.12, "fp8": 0.035, "mlx4": 0.12, "mlx8": 0.012, "
 
 # Checkpoints written by THIS side (tests/oracle/test_reference_selfcheck.py generator + the reference's own
 # safetensors writer), not by `nemotron synth`: exercises the engine's loader on config/tensor-name variants the
-# spec says must be accepted (§7, §8.2 #12) and a finite time_step_limit.
+# spec says must be accepted (nemotron_h.md §7, §8.2 #12) and a finite time_step_limit.
 OWN_CASES = [
     dict(name="own-pattern", seed=77, lens=[140], tag="",
          cfg=dict(pattern="M*EM-E*M", H=40, V=150, NH=6, P=5, G=3, N=7, K=4, HQ=6, HKV=3, HD=7, E=7, topk=3,
@@ -207,7 +207,7 @@ def compare_case(case, args, model_dir, model32, prompt, work, dump_args=(), fp8
                   f"(position {T + bad_d[0]}, rel {ed[bad_d[0]]:.3e}); rows: {bad_d[:12].tolist()}"
                   f"{' ...' if len(bad_d) > 12 else ''}")
     if want_mtp:
-        # MTP head (spec §6.2): slot i gets (h_i, t_{i+1}); the last slot gets the engine's first greedy token
+        # MTP head (nemotron_h.md §6.2): slot i gets (h_i, t_{i+1}); the last slot gets the engine's first greedy token
         rm = ref.mtp_dump(model32, prompt, etoks, rhid)
         with open(pr + ".mtp.f32", "wb") as f:
             f.write(np.ascontiguousarray(rm, dtype="<f4").tobytes())
@@ -253,7 +253,7 @@ def compare_case(case, args, model_dir, model32, prompt, work, dump_args=(), fp8
 def diagnose(case, model_dir, prompt, etoks, epre, edec, rpre, rdec, args, fp8_static=None):
     """On failure: (1) compare both sides with an f64 reference to say which one is off; (2) report router
     near-ties (a flipped expert choice explains a large but legitimate difference); (3) find which deliberately
-    wrong reference variant (known pitfalls, spec §8.2) the engine output resembles most."""
+    wrong reference variant (known pitfalls, nemotron_h.md §8.2) the engine output resembles most."""
     try:
         cfg, tensors = ref.load_checkpoint(model_dir)
         m64 = ref.NemotronH(cfg, tensors, dtype=torch.float64, fp8_static=fp8_static)

@@ -66,7 +66,7 @@ def write_st(path, tensors, pad=False, order=None, odd=False):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# own simple quantizers (to build test checkpoints; written from §2.6 / §5.2)
+# own simple quantizers (to build test checkpoints; written from formats.md §2.6 / §5.2)
 # ----------------------------------------------------------------------------------------------------------
 
 def quant_nvfp4(w):
@@ -88,7 +88,7 @@ def quant_nvfp4(w):
 
 
 def quant_affine(w, bits, group):
-    """MLX CPU affine quantizer §5.2 on float32 input; returns (U32 words, scales f32 (bf16-representable), biases)."""
+    """MLX CPU affine quantizer formats.md §5.2 on float32 input; returns (U32 words, scales f32 (bf16-representable), biases)."""
     w = np.asarray(w, np.float32)
     n = (1 << bits) - 1
     g = w.reshape(w.shape[:-1] + (w.shape[-1] // group, group))
@@ -117,7 +117,7 @@ def bf16_bytes(a):
 # ----------------------------------------------------------------------------------------------------------
 
 class FormatVectors(unittest.TestCase):
-    # §7.1
+    # formats.md §7.1
     def test_e2m1_table_by_bits(self):
         self.assertEqual(fm.E2M1_TABLE.tolist(), [0, .5, 1, 1.5, 2, 3, 4, 6, -0.0, -.5, -1, -1.5, -2, -3, -4, -6])
         self.assertTrue(np.signbit(fm.E2M1_TABLE[8]))
@@ -131,7 +131,7 @@ class FormatVectors(unittest.TestCase):
         v = fm.e2m1_decode(hexbytes("10 32 54 76 98 BA DC FE")[None])[0]
         self.assertEqual(v.tolist(), [0, .5, 1, 1.5, 2, 3, 4, 6, -0.0, -.5, -1, -1.5, -2, -3, -4, -6])
 
-    # §7.2
+    # formats.md §7.2
     def test_e4m3_decode(self):
         tv = {0x00: 0.0, 0x01: 0.001953125, 0x07: 0.013671875, 0x08: 0.015625, 0x26: 0.21875, 0x30: 0.5,
               0x38: 1.0, 0x3C: 1.5, 0x40: 2.0, 0x44: 3.0, 0x48: 4.0, 0x2A: 0.3125, 0x18: 0.0625, 0x4C: 6.0,
@@ -157,7 +157,7 @@ class FormatVectors(unittest.TestCase):
         vals = fm.E4M3_TABLE[~np.isnan(fm.E4M3_TABLE)]
         self.assertTrue(np.array_equal(fm.e4m3_encode_rne(vals), vals))
 
-    # §7.3
+    # formats.md §7.3
     def test_tv_nvfp4_1(self):
         w = hexbytes("10 32 54 76 98 BA DC FE 7F 00 21 A9 4C E7 18 5B")[None]
         sc = hexbytes("3C 26")[None]
@@ -183,7 +183,7 @@ class FormatVectors(unittest.TestCase):
         with self.assertRaises(ValueError):
             fm.nvfp4_dequant(np.zeros((1, 8), np.uint8), np.array([[0x7F]], np.uint8), 1.0)  # NaN scale
 
-    # §7.4
+    # formats.md §7.4
     TV2_W = "60 B6 CA 84 F5 97 94 3B 94 49 ED C2 CF EB 0E 95 1A 92 71 A8 11 B2 A9 0C C4 56 34 E5 44 2F 5A 8B"
     TV2_F32 = """00000000 3CC30C31 3CC30C31 BC124925 BBC30C31 BC430C31 3C430C31 80000000
 3C924925 BD124925 3D124925 BB430C31 3C430C31 BB430C31 BC124925 3C124925
@@ -222,13 +222,13 @@ BC924925 3C124925 3C924925 BC124925 3C124925 3DDB6DB8 80000000 BC924925
         self.assertAlmostEqual(float(np.linalg.norm(err) / np.linalg.norm(bf)), 0.110, delta=0.0015)
         # code 11 is the zero point: bias + 11*scale ~ 0
         self.assertLess(abs(float(b[0] + 11 * s[0])), 1e-3)
-        # our own quantizer (§5.2) reproduces the stored words, scale and bias
+        # our own quantizer (formats.md §5.2) reproduces the stored words, scale and bias
         words, s2, b2 = quant_affine(bf[None], 4, 64)
         self.assertEqual([int(x) for x in words[0]], self.TV2_WORDS)
         self.assertEqual(int(bf16_rne_bits(s2)[0, 0]), 0xBC1F)
         self.assertEqual(int(bf16_rne_bits(b2)[0, 0]), 0x3DDB)
 
-    # §7.5
+    # formats.md §7.5
     def test_tv_fp8(self):
         w = hexbytes("38 C4 26 7E 01 80 4C B8")
         ws = f32_from_bits([0x3C4CCCCD])[0]
@@ -243,7 +243,7 @@ BC924925 3C124925 3C924925 BC124925 3C124925 3DDB6DB8 80000000 BC924925
         xd = xq * s
         np.testing.assert_allclose(xd, [1.0, -3.2, 22.4, 22.4, 9.765625e-5], rtol=1e-6)
 
-    # §7.6
+    # formats.md §7.6
     def test_tv_mlx_1(self):
         words = np.array([[0x76543210, 0xFEDCBA98] * 4], np.uint32)
         self.assertEqual(words.astype("<u4").tobytes()[:4], bytes([0x10, 0x32, 0x54, 0x76]))
@@ -307,7 +307,7 @@ BC52 3D24 3C7A BCC4 3AC3 3C3D BB77 3C60 BAAE 3C5B 3CEC BC5D 3B85 BC18 3B27 BCC3"
         d = fm.nvfp4_dequant(p, s, ws2)
         rel = np.linalg.norm(d - w) / np.linalg.norm(w)
         self.assertGreater(rel, 0.07)
-        self.assertLess(rel, 0.12)     # §6.4: ~9.5 % on Gaussian data
+        self.assertLess(rel, 0.12)     # formats.md §6.4: ~9.5 % on Gaussian data
         self.assertLessEqual(float(np.abs(d).max()), 6 * 448 * ws2 * (1 + 1e-6))
 
 
@@ -331,7 +331,7 @@ class Readers(unittest.TestCase):
         self.assertEqual(raw["c.u32"].u32().tolist(), [[0x76543210, 0xFEDCBA98]])
         self.assertEqual(raw["d.f32"].floats().tolist(), f32.tolist())
         self.assertEqual(float(raw["e.scalar"].scalar()), 7.5)
-        # §1.1 validation: hole / bad length / trailing bytes
+        # formats.md §1.1 validation: hole / bad length / trailing bytes
         with open(p, "ab") as f:
             f.write(b"\0")
         with self.assertRaises(ValueError):
@@ -453,7 +453,7 @@ class Readers(unittest.TestCase):
 
 class Fp8StaticMode(unittest.TestCase):
     def test_w8a8_linear_tv(self):
-        """§7.5 numbers through the reference's W8A8 linear: x_q = E4M3(clamp(x/s)), y = (x_q.W_q) * s * ws."""
+        """formats.md §7.5 numbers through the reference's W8A8 linear: x_q = E4M3(clamp(x/s)), y = (x_q.W_q) * s * ws."""
         import torch
         import nemotron_ref as ref
         wq = fm.e4m3_decode(hexbytes("38 C4 26 7E 01"))[None]          # [1, 5]

@@ -5,7 +5,7 @@ Run standalone:  /usr/bin/python3 tests/oracle/test_reference_selfcheck.py [-v]
 (run_oracle.py also runs these first.)
 
 (a) prefill logits row t == logits after feeding tokens 0..t one at a time with caches   (rel 1e-5)
-(b) sequential SSM scan == independently coded chunked SSD form (spec §3.6)                (rel 1e-5)
+(b) sequential SSM scan == independently coded chunked SSD form (nemotron_h.md §3.6)                (rel 1e-5)
 (c) the Mamba gated norm is grouped (other groups untouched when one group's input changes)
 plus: scalar-loop re-derivations of the Mamba mixer / attention / router straight from the spec pseudo-code,
 the safetensors reader (F32/BF16/F16, sharded index, bare Infinity in config.json) and the dump format.
@@ -122,7 +122,7 @@ def make_tensors(cfg, seed=0):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# independent chunked SSD (spec §3.6)
+# independent chunked SSD (nemotron_h.md §3.6)
 # ----------------------------------------------------------------------------------------------------------
 
 def ssd_chunked(x, dt, A, B, C, D, S0, hpg, Q):
@@ -170,7 +170,7 @@ def ssd_chunked(x, dt, A, B, C, D, S0, hpg, Q):
 # ----------------------------------------------------------------------------------------------------------
 
 def scalar_mamba(model, i, hn_rows, conv_win, S):
-    """Per-element loops following spec §3.2-3.7. conv_win: list of K-1 raw xBC rows (python lists),
+    """Per-element loops following nemotron_h.md §3.2-3.7. conv_win: list of K-1 raw xBC rows (python lists),
     S: nested lists [NH][P][N]. Returns (outputs, conv_win, S)."""
     c = model.cfg
     p = f"backbone.layers.{i}.mixer."

@@ -38,7 +38,7 @@ TEST(Synth, LightningLayoutMatchesSpec) {
   EXPECT_TRUE(shapes.count("mtp.layers.1.final_layernorm.weight"));
   EXPECT_TRUE(shapes.count("mtp.layers.1.mixer.experts.0.up_proj.weight"));
   EXPECT_FALSE(shapes.count("backbone.layers.5.mixer.in_proj.weight"));
-  // ≈31.6B parameters in total (spec §7).
+  // ≈31.6B parameters in total (nemotron_h.md §7).
   double params = 0;
   for (const auto& t : layout) {
     double n = 1;

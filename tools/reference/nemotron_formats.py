@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent dequantizers and checkpoint reader for the oracle (spec shared/spec/formats.md).
 
-Written from the format spec only (§1 safetensors, §2 NVFP4, §3 FP8, §4 ModelOpt config, §5 MLX affine), not from
+Written from the format spec (shared/spec/formats.md) only (§1 safetensors, §2 NVFP4, §3 FP8, §4 ModelOpt config, §5 MLX affine), not from
 the C++ engine.  Everything is decoded from bit layouts with numpy; the results are float32 numpy arrays.
 
     raw = read_safetensors_raw(path)             # {name: RawTensor(dtype, shape, bytes)}; unaligned data is fine
@@ -25,7 +25,7 @@ import struct
 import numpy as np
 
 # ----------------------------------------------------------------------------------------------------------
-# safetensors (§1): u64le N | N bytes JSON | data; offsets relative to 8+N; no alignment assumed
+# safetensors (formats.md §1): u64le N | N bytes JSON | data; offsets relative to 8+N; no alignment assumed
 # ----------------------------------------------------------------------------------------------------------
 
 _BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E4M3": 8, "F8_E5M2": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
@@ -139,7 +139,7 @@ def read_checkpoint_raw(model_dir):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# element decoders (§2.3, §2.4)
+# element decoders (formats.md §2.3, §2.4)
 # ----------------------------------------------------------------------------------------------------------
 
 def _e2m1_value(code):
@@ -212,7 +212,7 @@ def e4m3_encode_rne(x):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# tensor dequantizers (§2.5, §3.2, §5.1)
+# tensor dequantizers (formats.md §2.5, §3.2, §5.1)
 # ----------------------------------------------------------------------------------------------------------
 
 def nvfp4_dequant(w_u8, scale_e4m3, scale_2, block=16, what="NVFP4"):
@@ -261,7 +261,7 @@ def mlx_affine_dequant(w_u32, scales, biases, bits, group, what="MLX"):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# quantization configs (§4 ModelOpt, §5.5 MLX) - own simple reading
+# quantization configs (formats.md §4 ModelOpt, §5.5 MLX) - own simple reading
 # ----------------------------------------------------------------------------------------------------------
 
 def _read_json(path):
@@ -428,7 +428,7 @@ def load_logical(model_dir):
             continue
         leaf = name.rsplit(".", 1)[-1]
         if leaf in ("k_scale", "v_scale"):
-            continue   # FP8 KV-cache scales: unused with an f32 cache (§3.5)
+            continue   # FP8 KV-cache scales: unused with an f32 cache (formats.md §3.5)
         a = t.floats()
         m = _EXPERT_STACK.match(_module(name))
         if m:  # unquantized stacked experts (bf16 switch_mlp)

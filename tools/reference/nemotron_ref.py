@@ -210,7 +210,7 @@ class Config:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# math helpers (spec §2, §3.4, §3.7)
+# math helpers (nemotron_h.md §2, §3.4, §3.7)
 # ----------------------------------------------------------------------------------------------------------
 
 def rmsnorm(x, w, eps):
@@ -237,7 +237,7 @@ def gated_group_rmsnorm(y, z, w, groups, eps):
 
 
 def ssm_scan_sequential(x, dt, A, B, C, D, S0, heads_per_group):
-    """Sequential SSM recurrence (spec §3.5).
+    """Sequential SSM recurrence (nemotron_h.md §3.5).
 
     x: [T, NH, P]; dt: [T, NH] (post softplus/clamp); A: [NH] (negative); B, C: [T, G, N]; D: [NH];
     S0: [NH, P, N] initial state. Returns y [T, NH, P], S_final [NH, P, N].
@@ -291,7 +291,7 @@ class State:
 
 
 class NemotronH:
-    # Deliberately WRONG variants of known pitfalls (spec §8.2), used only by run_oracle.py's failure
+    # Deliberately WRONG variants of known pitfalls (nemotron_h.md §8.2), used only by run_oracle.py's failure
     # diagnosis to say which mistake an engine output resembles. Never enabled by default.
     VARIANTS = {
         "ungrouped_norm": "gated norm over all DI channels instead of n_groups groups",
@@ -488,7 +488,7 @@ class NemotronH:
         return (a * a) @ down.t()
 
     def route(self, hn, p):
-        """Returns (idx [T,k] ascending expert index, weights [T,k]) - spec §5.2."""
+        """Returns (idx [T,k] ascending expert index, weights [T,k]) - nemotron_h.md §5.2."""
         c = self.cfg
         logits = hn @ self.W(p + "gate.weight").t()              # [T, E]
         s = torch.softmax(logits, dim=-1) if "router_softmax" in self.v else torch.sigmoid(logits)
@@ -583,7 +583,7 @@ class NemotronH:
     def forward(self, ids, state):
         return self.logits(self.hidden(ids, state))
 
-    # -- MTP (spec §6.2) ---------------------------------------------------------------------------------
+    # -- MTP (nemotron_h.md §6.2) ---------------------------------------------------------------------------------
 
     def new_mtp_state(self):
         return State(len(self.cfg.mtp_kinds))

@@ -389,7 +389,7 @@ InspectReport inspect_target(const io::ModelConfig& c, const io::QuantConfig& qc
   r.config = c;
   r.quant = qc;
   const Catalog cat(qc, tensors);
-  // HF in-library re-saves use "model." instead of "backbone." (spec §7); same rule as the loader.
+  // HF in-library re-saves use "model." instead of "backbone." (nemotron_h.md §7); same rule as the loader.
   r.tensor_prefix = cat.find("backbone.embeddings.weight") || !cat.find("model.embeddings.weight") ? "backbone." : "model.";
   const std::string& P = r.tensor_prefix;
   const int64_t H = c.hidden_size, V = c.vocab_size;

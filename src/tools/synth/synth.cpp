@@ -26,7 +26,7 @@ using json = nlohmann::json;
 
 namespace {
 
-// Real Lightning / Nano-30B schedule (spec §1.2).
+// Real Lightning / Nano-30B schedule (nemotron_h.md §1.2).
 constexpr const char* kLightningPattern = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME";
 
 std::vector<LayerKind> kinds(const std::string& p) {
@@ -158,7 +158,7 @@ io::ModelConfig preset_config(const std::string& name, int layers, const std::st
     c.n_shared_experts = 1, c.moe_shared_expert_intermediate_size = 128;
     c.intermediate_size = 192, c.routed_scaling_factor = 2.5f;
     c.num_nextn_predict_layers = 1, c.mtp_layers = {LayerKind::Attention, LayerKind::MoE};
-  } else if (name == "lightning") {  // Nemotron 3.5 Lightning 30B-A3B dims (spec §1)
+  } else if (name == "lightning") {  // Nemotron 3.5 Lightning 30B-A3B dims (nemotron_h.md §1)
     pat = kLightningPattern;
     c.hidden_size = 2688, c.vocab_size = 131072;
     c.mamba_num_heads = 64, c.mamba_head_dim = 64, c.n_groups = 8, c.ssm_state_size = 128;
@@ -252,7 +252,7 @@ int layer_of(const std::string& name, int n_layers) {
   return n_layers - 1;  // norm_f, lm_head, mtp.* go with the last layer
 }
 
-// What ModelOpt's Lightning recipe quantizes (formats §2.8, §4.2).
+// What ModelOpt's Lightning recipe quantizes (formats.md §2.8, §4.2).
 std::string modelopt_algo(const std::string& name) {
   if (name.rfind("backbone.", 0) != 0 && name != "lm_head.weight") return "";  // mtp* excluded
   if (!ends_with(name, ".weight")) return "";
@@ -406,7 +406,7 @@ std::vector<Unit> plan(const io::ModelConfig& c, const SynthOptions& opt) {
     }
     u.shard_key = layer_of(t.name, L);
     units.push_back(std::move(u));
-    // FP8 KV-cache scales ModelOpt writes on attention k/v projections (formats §3.5).
+    // FP8 KV-cache scales ModelOpt writes on attention k/v projections (formats.md §3.5).
     if (opt.format == SynthFormat::ModelOpt && t.name.rfind("backbone.", 0) == 0 &&
         (ends_with(t.name, "mixer.k_proj.weight") || ends_with(t.name, "mixer.v_proj.weight"))) {
       Unit s;
@@ -441,7 +441,7 @@ json modelopt_quant_block(const std::vector<Unit>& units, const std::vector<Synt
 }
 
 json modelopt_config_json_block(const json& q) {
-  // config.json's converted form (formats §4.3): one config group per distinct per-layer config.
+  // config.json's converted form (formats.md §4.3): one config group per distinct per-layer config.
   json groups = json::object();
   std::vector<std::string> fp8, nvfp4;
   for (auto it = q["quantized_layers"].begin(); it != q["quantized_layers"].end(); ++it)
