@@ -20,7 +20,8 @@ inline std::string slurp(const std::filesystem::path& p) {
 // Local text to train on: this repository's own text-layer sources and docs.
 inline std::string local_corpus() {
   std::string c;
-  for (const char* rel : {"src/text/tokenizer.cpp", "src/text/jinja.cpp", "src/text/chat_template.h",
+  for (const char* rel : {"src/text/tokenizer.cpp", "src/text/jinja/renderer.cpp",
+                          "src/text/jinja/filters.cpp", "src/text/chat_template.h",
                           "src/text/output_parser.h", "tools/text/gen_corpus.py"})
     c += slurp(std::filesystem::path(NEMOTRON_SOURCE_DIR) / rel);
   c += "Nemotron 東京 天气很好。 Ünïcödé naïve café 😀 12345 67890\n";

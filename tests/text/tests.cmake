@@ -21,7 +21,8 @@ set_tests_properties(text_template_vs_jinja2 PROPERTIES LABELS "text;xcheck" TIM
 # plain gtest over random inputs in test_text (tests/text/test_fuzz.cpp).
 option(NEMOTRON_TEXT_FUZZ "Build libFuzzer targets for the text layer (clang)" OFF)
 if(NEMOTRON_TEXT_FUZZ)
-  file(GLOB _text_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/text/*.cpp)
+  file(GLOB _text_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/text/*.cpp
+       ${CMAKE_CURRENT_SOURCE_DIR}/src/text/*/*.cpp)
   # Instrumented copy of the text layer, shared by the fuzz binaries.
   add_library(nemotron_text_fuzzobj OBJECT ${_text_dir}/fuzz_targets.cpp ${_text_srcs})
   target_include_directories(nemotron_text_fuzzobj PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
