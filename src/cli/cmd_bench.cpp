@@ -81,7 +81,10 @@ struct Bench {
   double decode_tok_s = 0;
 
   engine::GenerateRequest request(int64_t max_tokens) const {
-    return {.prompt = prompt, .max_tokens = max_tokens};  // greedy, no stop tokens
+    engine::GenerateRequest r;  // greedy, no stop tokens
+    r.prompt = prompt;
+    r.max_tokens = max_tokens;
+    return r;
   }
 
   static nlohmann::json time_shares(const model::ForwardProfile& p) {
@@ -321,7 +324,7 @@ std::vector<Command> make_bench_command() {
     const double tl = now_seconds();
     auto m = model::NemotronH::load(dir->path, {.kv_dtype = model::parse_kv_dtype(bo->kv_cache)});
     const double load_s = now_seconds() - tl;
-    Bench b{*bo, *m, ThreadConfig{bo->threads > 0 ? bo->threads : default_thread_count()}, {}};
+    Bench b{*bo, *m, ThreadConfig{bo->threads > 0 ? bo->threads : default_thread_count()}, {}, Rng{42}, {}};
     b.prompt.resize(size_t(std::max<int64_t>(1, bo->prompt)));
     for (auto& t : b.prompt) t = int32_t(b.rng.next() % uint64_t(m->config().vocab_size));
     b.j = {{"model", dir->path},

@@ -11,6 +11,7 @@
 #include "base/threads.h"
 #include "cli/commands.h"
 #include "engine/generator.h"
+#include "model/dflash.h"
 #include "model/nemotron_h.h"
 #include "text/chat_template.h"
 #include "text/detokenizer.h"
@@ -49,8 +50,9 @@ std::vector<Command> make_chat_command() {
     const auto src = text::load_chat_template(dir->path);
     if (!src) fail("{}: no chat template (chat_template.jinja or tokenizer_config.json chat_template)", dir->path);
     const text::ChatTemplate tmpl(*src, (std::filesystem::path(dir->path) / "chat_template.jinja").string());
+    const auto draft = f.load_draft(*m);
     engine::Generator gen(*m, ThreadConfig{f.threads > 0 ? f.threads : default_thread_count()},
-                         engine::parse_spec_mode(f.spec), f.draft_max);
+                          engine::parse_spec_mode(f.spec), f.draft_max, draft.get());
     std::vector<int32_t> stops;
     for (auto e : m->config().eos_token_ids) stops.push_back(int32_t(e));
     if (tok.eos_id()) stops.push_back(*tok.eos_id());

@@ -15,7 +15,9 @@
 #include "kernels/linear.h"
 #include "kernels/ops.h"
 #include "model/mtp.h"
+#include "model/dflash.h"
 #include "model/nemotron_h.h"
+#include "speculative/dflash_drafter.h"
 
 namespace nemo::cli {
 
@@ -61,7 +63,8 @@ std::vector<Command> make_generate_commands() {
     req.sampling = {f.temp, f.top_k, f.top_p, f.min_p, f.seed};
     if (!ro->ignore_eos)
       for (auto e : m->config().eos_token_ids) req.stop_tokens.push_back(int32_t(e));
-    engine::Generator g(*m, threads_of(f.threads), engine::parse_spec_mode(f.spec), f.draft_max);
+    const auto draft = f.load_draft(*m);
+    engine::Generator g(*m, threads_of(f.threads), engine::parse_spec_mode(f.spec), f.draft_max, draft.get());
     const bool as_ids = !ro->ids.empty();
     auto s = g.generate(req, [&](int32_t tok) {
       if (as_ids) {
@@ -89,9 +92,9 @@ std::vector<Command> make_generate_commands() {
 
   // ---- dump (oracle contract: see tools/reference/nemotron_ref.py) ------------------------------
   struct DumpOpts {
-    std::string model, ids, out;
+    std::string model, ids, out, draft;
     int64_t gen = 64;
-    int threads = 0;
+    int threads = 0, draft_max = 0;
     bool mtp = false, fp8_static = false;
     std::string kv_cache = "f32";
   };
@@ -108,6 +111,10 @@ std::vector<Command> make_generate_commands() {
     s->add_option("--kv-cache", dopt->kv_cache, "KV-cache storage: f32 | bf16 | fp8")->capture_default_str();
     s->add_flag("--fp8-static-activations", dopt->fp8_static,
                 "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
+    s->add_option("--draft", dopt->draft,
+                  "Decode greedily with this DFlash / DSpark drafter and also write PREFIX.draft.json, "
+                  "PREFIX.draft_base.f32 and PREFIX.draft_final.f32 (every drafting round)");
+    s->add_option("--draft-max", dopt->draft_max, "Drafts per round with --draft (default: the drafter's block - 1)");
     *sub = s;
   };
   v[1].run = [dopt]() {
@@ -117,23 +124,62 @@ std::vector<Command> make_generate_commands() {
     if (prompt.empty()) fail("--ids: empty prompt");
     const int64_t V = m->config().vocab_size;
     const auto tc = threads_of(dopt->threads);
-    // The engine's decode loop, greedy, no stop tokens: prompt rows' logits, then one row per token.
-    engine::Generator g(*m, tc);
-    g.begin({.prompt = prompt, .max_tokens = std::max<int64_t>(1, dopt->gen), .prompt_logits = true});
+    // The engine's decode loop, greedy, no stop tokens: prompt rows' logits, then the row each
+    // later token was decided from (with a drafter: the verify rows, bitwise the same).
+    std::unique_ptr<model::DFlashModel> draft;
+    if (!dopt->draft.empty()) draft = model::DFlashModel::load(dopt->draft, *m);
+    engine::Generator g(*m, tc, draft ? engine::SpecMode::Auto : engine::SpecMode::None, dopt->draft_max,
+                        draft.get());
+    engine::GenerateRequest req;
+    req.prompt = prompt;
+    req.max_tokens = std::max<int64_t>(1, dopt->gen);
+    req.prompt_logits = true;
+    g.begin(req);
     std::ofstream bin(dopt->out + ".f32", std::ios::binary);
     if (!bin) fail("{}: cannot write", dopt->out + ".f32");
+    auto write = [](std::ofstream& f, std::span<const float> v) {
+      f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size_bytes()));
+    };
+    const auto* drafter = dynamic_cast<const speculative::DFlashDrafter*>(g.drafter());
+    std::ofstream base, final;
+    nlohmann::json rounds = nlohmann::json::array();
+    if (drafter) {
+      base.open(dopt->out + ".draft_base.f32", std::ios::binary);
+      final.open(dopt->out + ".draft_final.f32", std::ios::binary);
+    }
     std::vector<int32_t> toks;
     do {
+      const bool prefill = toks.empty();
       const auto step = g.step();
-      const bool prefill = g.stats().rounds == 0;  // the first step prefills; later steps are decode rounds
-      const std::span<const float> rows = prefill ? g.prompt_logits() : step[0].logits;
-      bin.write(reinterpret_cast<const char*>(rows.data()), std::streamsize(rows.size_bytes()));
-      if (int64_t(toks.size()) < dopt->gen) toks.push_back(step[0].token);
+      if (drafter && !prefill && !drafter->last_round().drafts.empty()) {
+        const auto& rd = drafter->last_round();
+        rounds.push_back({{"p", rd.p}, {"anchor", rd.anchor}, {"q_rows", rd.q_rows}, {"drafts", rd.drafts}});
+        write(base, rd.base);
+        write(final, rd.final);
+      }
+      for (size_t i = 0; i < step.size() && int64_t(toks.size()) < dopt->gen; ++i) {
+        write(bin, prefill ? g.prompt_logits() : step[i].logits);
+        toks.push_back(step[i].token);
+      }
+      if (prefill && dopt->gen == 0) write(bin, g.prompt_logits());
     } while (!g.done() && int64_t(toks.size()) < dopt->gen);
+    if (drafter) {
+      if (!base || !final) fail("{}: write failed", dopt->out + ".draft_*.f32");
+      const auto& dc = draft->config();
+      const nlohmann::json dj = {{"kind", dc.kind},    {"gamma", g.draft_max()},
+                                 {"vocab", V},         {"tap_layers", dc.target_layer_ids},
+                                 {"rounds", rounds}};
+      std::ofstream f(dopt->out + ".draft.json");
+      f << dj.dump() << "\n";
+      if (!f) fail("{}: write failed", dopt->out + ".draft.json");
+    }
     if (dopt->mtp) {
       // MTP slot i pairs (h_i, t_{i+1}); the last prompt slot pairs with the first greedy token.
       auto st = m->new_state();
-      const auto r = m->forward(st, prompt, {.all_logits = true, .want_hidden = true}, tc);
+      model::ForwardOptions fo;
+      fo.all_logits = true;
+      fo.want_hidden = true;
+      const auto r = m->forward(st, prompt, fo, tc);
       auto head = model::MtpHead::load(*m);
       auto ms = head->new_state();
       const int64_t T = int64_t(prompt.size()), H = m->config().hidden_size;

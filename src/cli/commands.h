@@ -6,6 +6,11 @@
 #include <string>
 #include <vector>
 
+namespace nemo::model {
+class NemotronH;
+class DFlashModel;
+}  // namespace nemo::model
+
 namespace nemo::cli {
 
 // A subcommand: `attach` registers its options, `run` executes after parsing.
@@ -26,11 +31,13 @@ struct GenerationFlags {
   std::string model;
   int64_t max_tokens = 64;
   float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
-  int top_k = 0, threads = 0, draft_max = 3;
+  int top_k = 0, threads = 0, draft_max = 0;  // 0: the drafter's default
   uint64_t seed = 0;
-  std::string spec = "auto", kv_cache = "f32";
-  bool fp8_static = false;
+  std::string spec = "auto", kv_cache = "f32", draft;
+  bool fp8_static = false, tap_last_post_norm = false;
   void add_to(CLI::App* s);
+  // The --draft drafter paired with `target` (validated), or null.
+  std::unique_ptr<model::DFlashModel> load_draft(const model::NemotronH& target) const;
 };
 
 // Shared helpers

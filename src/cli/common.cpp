@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "model/dflash.h"
 #include "tools/synth/synth.h"
 
 namespace nemo::cli {
@@ -32,13 +33,24 @@ void GenerationFlags::add_to(CLI::App* s) {
   s->add_option("--min-p", min_p, "Min-p (0 = off)");
   s->add_option("--seed", seed, "Sampling seed")->capture_default_str();
   s->add_option("-t,--threads", threads, "Threads (default: all cores)");
-  s->add_option("--spec", spec, "Speculative decoding: auto (MTP if present) | mtp | ngram | none")
+  s->add_option("--spec", spec,
+                "Speculative decoding: auto (the --draft drafter, else MTP if present) | mtp | dflash | dspark | "
+                "ngram | none")
       ->capture_default_str();
-  s->add_option("--draft-max", draft_max, "Draft tokens per verify call (gamma, 1..15)")->capture_default_str();
+  s->add_option("--draft", draft, "DFlash / DSpark drafter directory to pair with the model");
+  s->add_flag("--tap-last-post-norm", tap_last_post_norm,
+              "Feed the drafter the last target layer's tap after norm_f (default: before, as serving runtimes do)");
+  s->add_option("--draft-max", draft_max,
+                "Draft tokens per verify call (gamma, 1..15; default: 3, or the drafter's block size - 1)");
   s->add_option("--kv-cache", kv_cache, "KV-cache storage: f32 | bf16 | fp8 (checkpoint k/v scales)")
       ->capture_default_str();
   s->add_flag("--fp8-static-activations", fp8_static,
               "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
+}
+
+std::unique_ptr<model::DFlashModel> GenerationFlags::load_draft(const model::NemotronH& target) const {
+  if (draft.empty()) return nullptr;
+  return model::DFlashModel::load(draft, target, {.tap_last_post_norm = tap_last_post_norm});
 }
 
 std::vector<int32_t> parse_ids(const std::string& csv) {

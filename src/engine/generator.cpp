@@ -4,6 +4,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "speculative/dflash_drafter.h"
 #include "speculative/mtp_drafter.h"
 
 namespace nemo::engine {
@@ -13,7 +14,9 @@ SpecMode parse_spec_mode(const std::string& s) {
   if (s == "none") return SpecMode::None;
   if (s == "mtp") return SpecMode::Mtp;
   if (s == "ngram") return SpecMode::Ngram;
-  fail("--spec '{}': expected auto, mtp, ngram or none", s);
+  if (s == "dflash") return SpecMode::DFlash;
+  if (s == "dspark") return SpecMode::DSpark;
+  fail("--spec '{}': expected auto, mtp, dflash, dspark, ngram or none", s);
 }
 
 const char* spec_mode_name(SpecMode m) {
@@ -26,6 +29,10 @@ const char* spec_mode_name(SpecMode m) {
       return "mtp";
     case SpecMode::Ngram:
       return "ngram";
+    case SpecMode::DFlash:
+      return "dflash";
+    case SpecMode::DSpark:
+      return "dspark";
   }
   return "?";
 }
@@ -37,10 +44,29 @@ void check_draft_max(int draft_max) {
 }
 }  // namespace
 
-Generator::Generator(const model::NemotronH& m, ThreadConfig tc, SpecMode mode, int draft_max)
+Generator::Generator(const model::NemotronH& m, ThreadConfig tc, SpecMode mode, int draft_max,
+                     const model::DFlashModel* draft)
     : m_(m), tc_(tc), mode_(mode), draft_max_(draft_max) {
-  if (mode_ == SpecMode::Auto) mode_ = model::MtpHead::present(m) ? SpecMode::Mtp : SpecMode::None;
-  if (mode_ != SpecMode::None) check_draft_max(draft_max);
+  if (mode_ == SpecMode::Auto)
+    mode_ = draft                        ? (draft->dspark() ? SpecMode::DSpark : SpecMode::DFlash)
+            : model::MtpHead::present(m) ? SpecMode::Mtp
+                                         : SpecMode::None;
+  const bool external = mode_ == SpecMode::DFlash || mode_ == SpecMode::DSpark;
+  if (draft && !external)
+    fail("--draft {} is used with --spec auto, dflash or dspark, not --spec {}", draft->dir(),
+         spec_mode_name(mode_));
+  if (external) {
+    const std::string want = mode_ == SpecMode::DSpark ? "dspark" : "dflash";
+    if (!draft) fail("--spec {} needs a drafter: --draft DIR", want);
+    if (draft->config().kind != want)
+      fail("--draft {} is a {} drafter; use --spec {} (or auto)", draft->dir(),
+           draft->config().kind, draft->config().kind);
+    // Default γ: the drafter's whole block (block_size − 1 drafts with the bonus-anchor layout).
+    if (draft_max_ == 0)
+      draft_max_ = int(std::min<int64_t>(kMaxDraft, draft->block_size() - draft->first_slot()));
+  }
+  if (draft_max_ == 0) draft_max_ = 3;
+  if (mode_ != SpecMode::None) check_draft_max(draft_max_);
   if (mode_ == SpecMode::Mtp) {
     if (!model::MtpHead::present(m))
       fail(
@@ -50,6 +76,8 @@ Generator::Generator(const model::NemotronH& m, ThreadConfig tc, SpecMode mode, 
     drafter_ = std::make_unique<speculative::MtpDrafter>(m, tc);
   } else if (mode_ == SpecMode::Ngram) {
     drafter_ = std::make_unique<speculative::NgramDrafter>();
+  } else if (external) {
+    drafter_ = std::make_unique<speculative::DFlashDrafter>(*draft, tc);
   }
 }
 
@@ -107,13 +135,28 @@ void Generator::finish() {
   total_.add(s_);
 }
 
-// Prompt → first token. A drafter that reads hidden states needs every prompt row's.
-void Generator::prefill() {
-  const bool hidden = drafter_ && drafter_->wants_hidden();
-  const int64_t V = m_.config().vocab_size;
+// The forward options that give the drafter the features it reads (dflash_dspark.md §1.1, §4).
+model::ForwardOptions Generator::features_options() const {
   model::ForwardOptions fo;
-  fo.all_logits = hidden || req_.prompt_logits;
-  fo.want_hidden = hidden;
+  if (!drafter_) return fo;
+  fo.want_hidden = drafter_->wants_hidden();
+  fo.all_logits = fo.want_hidden;  // hidden states come with the logits rows
+  fo.taps = drafter_->tap_layers();
+  fo.tap_last_post_norm = drafter_->tap_last_post_norm();
+  return fo;
+}
+
+const float* Generator::features() const {
+  if (!drafter_) return nullptr;
+  if (drafter_->wants_hidden()) return r_.hidden.data();
+  return drafter_->tap_layers().empty() ? nullptr : r_.taps.data();
+}
+
+// Prompt → first token. A drafter that reads hidden states or taps needs every prompt row's.
+void Generator::prefill() {
+  const int64_t V = m_.config().vocab_size;
+  model::ForwardOptions fo = features_options();
+  fo.all_logits = fo.all_logits || req_.prompt_logits;
   fo.profile = profile_;
   double t0 = now_seconds();
   r_ = m_.forward(*st_, req_.prompt, fo, tc_);
@@ -126,7 +169,7 @@ void Generator::prefill() {
   if (!emit(anchor_, last)) return;
   if (drafter_) {
     t0 = now_seconds();
-    drafter_->begin(req_.prompt, hidden ? r_.hidden.data() : nullptr, anchor_);
+    drafter_->begin(req_.prompt, features(), anchor_);
     s_.draft_s += now_seconds() - t0;
   }
 }
@@ -134,7 +177,6 @@ void Generator::prefill() {
 // One target forward over [anchor, d_1..d_k]; emits the verdict's tokens and keeps exactly the
 // accepted rows of the state (NemotronH::accept replays the Mamba recurrence, truncates KV).
 void Generator::round() {
-  const bool hidden = drafter_ && drafter_->wants_hidden();
   const int64_t V = m_.config().vocab_size;
   // Never draft past the token budget: a round emits at most k + 1 tokens.
   const int k_max = int(std::min<int64_t>(draft_max_, req_.max_tokens - s_.emitted - 1));
@@ -155,10 +197,9 @@ void Generator::round() {
   const int k = int(prop.tokens.size());
   std::vector<int32_t> rows{anchor_};
   rows.insert(rows.end(), prop.tokens.begin(), prop.tokens.end());
-  model::ForwardOptions fo;
+  model::ForwardOptions fo = features_options();
   fo.all_logits = true;
   fo.record = k > 0;  // a lone anchor row is always kept: nothing to roll back
-  fo.want_hidden = hidden;
   fo.profile = profile_;
   t0 = now_seconds();
   r_ = m_.forward(*st_, rows, fo, tc_);
@@ -187,7 +228,7 @@ void Generator::round() {
   if (drafter_) {
     t0 = now_seconds();
     drafter_->commit(std::span<const int32_t>(prop.tokens).first(size_t(v.accepted)), anchor_,
-                     hidden ? r_.hidden.data() : nullptr);
+                     features());
     s_.draft_s += now_seconds() - t0;
   }
 }

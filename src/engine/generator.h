@@ -13,14 +13,15 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "model/dflash.h"
 #include "model/nemotron_h.h"
 #include "speculative/drafter.h"
 #include "speculative/verify.h"
 
 namespace nemo::engine {
 
-enum class SpecMode { Auto, None, Mtp, Ngram };
-SpecMode parse_spec_mode(const std::string& s);  // auto | none | mtp | ngram
+enum class SpecMode { Auto, None, Mtp, Ngram, DFlash, DSpark };
+SpecMode parse_spec_mode(const std::string& s);  // auto | none | mtp | ngram | dflash | dspark
 const char* spec_mode_name(SpecMode m);
 
 struct GenerateRequest {
@@ -51,9 +52,11 @@ class Generator {
  public:
   static constexpr int kMaxDraft = 15;  // verify width 1 + γ stays within the 16-row invariant path
 
-  // Auto: MTP if the checkpoint carries it, else none. Mtp without an MTP module is an error.
+  // Auto: the external drafter when one is given (DFlash / DSpark), else MTP if the checkpoint
+  // carries it, else none. A mode whose drafter is missing is an error. draft_max 0 = the
+  // drafter's default (3 for MTP and n-gram; block size − 1 for DFlash / DSpark).
   Generator(const model::NemotronH& m, ThreadConfig tc, SpecMode mode = SpecMode::None,
-            int draft_max = 3);
+            int draft_max = 0, const model::DFlashModel* draft = nullptr);
   // Any drafter (n-gram, scripted oracle, ...); null = plain decoding.
   Generator(const model::NemotronH& m, ThreadConfig tc,
             std::unique_ptr<speculative::Drafter> drafter, int draft_max);
@@ -87,6 +90,8 @@ class Generator {
  private:
   void prefill();
   void round();
+  model::ForwardOptions features_options() const;
+  const float* features() const;
   // Emits `token` (decided from `row`); false once the request has ended.
   bool emit(int32_t token, std::span<const float> row);
   void finish();

@@ -88,6 +88,26 @@ DrafterConfig parse_drafter_config(const json& cfg) {
       bool_or(dc, "attention_sink_bias", bool_or(cfg, "attention_sink_bias", false));
   d.has_embed_tokens = bool_or(cfg, "has_embed_tokens", true);
   d.has_lm_head = bool_or(cfg, "has_lm_head", false);
+  d.sample_from_anchor = bool_or(dc, "sample_from_anchor", bool_or(cfg, "sample_from_anchor", false));
+  if (auto it = cfg.find("rms_norm_eps"); it != cfg.end() && it->is_number()) d.rms_norm_eps = it->get<double>();
+  if (auto it = cfg.find("rope_theta"); it != cfg.end() && it->is_number()) d.rope_theta = it->get<double>();
+  // YaRN from rope_parameters (new HF) or rope_scaling (old HF); null means plain RoPE.
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    auto it = cfg.find(key);
+    if (it == cfg.end() || !it->is_object()) continue;
+    const json& r = *it;
+    if (auto t = r.find("rope_theta"); t != r.end() && t->is_number()) d.rope_theta = t->get<double>();
+    const std::string type = r.value("rope_type", r.value("type", std::string("default")));
+    if (type == "yarn") {
+      d.rope_yarn = true;
+      if (auto f = r.find("factor"); f != r.end() && f->is_number()) d.yarn_factor = f->get<double>();
+      if (auto o = r.find("original_max_position_embeddings"); o != r.end() && o->is_number())
+        d.yarn_original_max = o->get<double>();
+      if (auto b = r.find("beta_fast"); b != r.end() && b->is_number()) d.yarn_beta_fast = b->get<double>();
+      if (auto b = r.find("beta_slow"); b != r.end() && b->is_number()) d.yarn_beta_slow = b->get<double>();
+    }
+    break;
+  }
   // Taps, 0-based "output of block L"; eagle_aux ids are the same taps + 1 (dflash_dspark.md §1.1).
   if (auto v = int_list(dc, "target_layer_ids"); !v.empty()) {
     d.target_layer_ids = v, d.target_layer_ids_source = "dflash_config.target_layer_ids";

@@ -23,6 +23,14 @@ struct DrafterConfig {
   std::string target_layer_ids_source;  // which config field gave the taps
   bool causal = false, use_swa = false, attention_sink_bias = false;
   bool has_embed_tokens = true, has_lm_head = false;
+  // Slot layout (dflash_dspark.md §3.3): false = slot 0 is the anchor and slots 1.. predict the
+  // tokens at p+1..; true = slot 0 predicts p+1. Absent: false (the Lightning drafters' value).
+  bool sample_from_anchor = false;
+  double rms_norm_eps = 1e-6;
+  // RoPE (dflash_dspark.md §1.5): plain (rope_parameters null) or YaRN.
+  double rope_theta = 10000.0;
+  bool rope_yarn = false;
+  double yarn_factor = 1.0, yarn_original_max = 0.0, yarn_beta_fast = 32.0, yarn_beta_slow = 1.0;
 };
 
 // "dflash" | "dspark" | "" from a config.json.

@@ -1,5 +1,7 @@
 #include "model/layer.h"
 
+#include <algorithm>
+
 #include "base/clock.h"
 #include "base/error.h"
 #include "kernels/ops.h"
@@ -69,6 +71,10 @@ void forward_layers(std::span<const Layer> layers, std::span<const LayerState> s
     }
     // h = h + o
     for (int64_t k = 0; k < T * H; ++k) h[k] = h[k] + o[k];
+    for (size_t k = 0; k < pass.taps.size(); ++k)
+      if (pass.taps[k] == int64_t(i))
+        for (int64_t t = 0; t < T; ++t)
+          std::copy_n(h + t * H, H, pass.tap_out + (t * int64_t(pass.taps.size()) + int64_t(k)) * H);
   }
 }
 

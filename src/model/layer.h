@@ -42,6 +42,10 @@ struct LayerPass {
   int64_t n_past = 0;  // rows already in the attention caches
   Mamba2Options mamba;
   ForwardProfile* profile = nullptr;
+  // Residual-stream taps (dflash_dspark.md §1.1): after layer taps[k], row t of h is copied to
+  // tap_out[t·taps.size()·H + k·H ..]. Empty = no copies.
+  std::span<const int64_t> taps;
+  float* tap_out = nullptr;
 };
 
 // h[T, H] ← each layer in order applied to h, advancing each layer's state by T rows.

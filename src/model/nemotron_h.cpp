@@ -87,14 +87,31 @@ ForwardResult NemotronH::forward(SequenceState& st, std::span<const int32_t> tok
     }
     if (const int s = st.attn_slot_[i]; s >= 0) states[i].kv = &st.kv_[size_t(s)];
   }
+  ForwardResult r;
+  const int64_t n_taps = int64_t(opt.taps.size());
+  for (auto L : opt.taps)
+    if (L < 0 || L >= int64_t(layers_.size())) fail("tap layer {} is outside [0, {})", L, layers_.size());
+  if (n_taps) r.taps.resize(size_t(T * n_taps * H));
   forward_layers(layers_, states, cfg_, h.data(),
-                 {.T = T, .n_past = n_past, .mamba = {opt.record, opt.ssd_min_rows}, .profile = opt.profile}, tc);
+                 {.T = T,
+                  .n_past = n_past,
+                  .mamba = {opt.record, opt.ssd_min_rows},
+                  .profile = opt.profile,
+                  .taps = opt.taps,
+                  .tap_out = r.taps.data()},
+                 tc);
+  if (opt.tap_last_post_norm)
+    for (int64_t k = 0; k < n_taps; ++k)
+      if (opt.taps[k] + 1 == int64_t(layers_.size()))
+        for (int64_t t = 0; t < T; ++t) {
+          float* row = r.taps.data() + (t * n_taps + k) * H;
+          kernels::rms_norm(row, norm_f_.data(), H, cfg_.norm_eps, row);
+        }
   st.n_past_ = n_past + T;
   if (opt.record) st.pending_rows_ = T;
 
   // logits = lm_head(norm_f(h)) for the last row, or every row.
   const double t1 = opt.profile ? now_seconds() : 0.0;
-  ForwardResult r;
   r.rows = opt.all_logits ? T : 1;
   r.first_row = T - r.rows;
   Buffer<float> hf(size_t(r.rows * H));

@@ -25,12 +25,18 @@ struct ForwardOptions {
   int64_t ssd_min_rows = 17;
   // Also return the post-norm_f hidden states of the logits rows (MTP input).
   bool want_hidden = false;
+  // Residual stream after these layers (0-based), for every row, as a drafter's features
+  // (dflash_dspark.md §1.1): pre-norm; with tap_last_post_norm, a tap on the last layer is taken
+  // after norm_f instead (the HF output_hidden_states reading, §9.1).
+  std::span<const int64_t> taps;
+  bool tap_last_post_norm = false;
   ForwardProfile* profile = nullptr;
 };
 
 struct ForwardResult {
   Buffer<float> logits;  // [rows, V]
   Buffer<float> hidden;  // [rows, H] if want_hidden
+  Buffer<float> taps;    // [T, taps.size() * H] if taps were asked for (every row of the call)
   int64_t rows = 0;      // number of logits rows
   int64_t first_row = 0; // index (within the call) of the first logits row
 };

@@ -27,16 +27,20 @@ class Drafter {
  public:
   virtual ~Drafter() = default;
   virtual std::string name() const = 0;
-  // True if begin()/commit() need the target's post-norm_f hidden states.
+  // The target features begin()/commit() receive as `hidden`: the post-norm_f hidden states
+  // [rows, H] (wants_hidden), or the residual-stream taps after these target layers
+  // [rows, taps · H] (tap_layers, dflash_dspark.md §1.1), or nothing (null).
   virtual bool wants_hidden() const { return false; }
-  // A sequence starts: the target has run `prompt` (hidden: [prompt.size(), H] or null) and
-  // sampled `anchor`, which the target has not consumed yet.
+  virtual std::span<const int64_t> tap_layers() const { return {}; }
+  virtual bool tap_last_post_norm() const { return false; }
+  // A sequence starts: the target has run `prompt` (hidden: its features, or null) and sampled
+  // `anchor`, which the target has not consumed yet.
   virtual void begin(std::span<const int32_t> prompt, const float* hidden, int32_t anchor) = 0;
   // Up to max_n tokens that should follow [committed…, anchor]. May return fewer, or none.
   // `sp` and `rng` are the request's sampling settings: greedy drafters may ignore them.
   virtual DraftProposal propose(int max_n, const SamplingParams& sp, Rng& rng) = 0;
   // The target verified [anchor, d_1..d_k] and kept d_1..d_accepted, then produced
-  // `next_anchor`. hidden: [accepted + 1, H] target states of rows anchor, d_1..d_accepted.
+  // `next_anchor`. hidden: the target features of rows anchor, d_1..d_accepted (accepted + 1 rows).
   virtual void commit(std::span<const int32_t> accepted, int32_t next_anchor, const float* hidden) = 0;
 };
 

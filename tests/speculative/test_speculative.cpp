@@ -10,7 +10,7 @@
 #include <map>
 #include <memory>
 
-#include "../support/temp_dir.h"
+#include "support.h"
 #include "base/error.h"
 #include "engine/generator.h"
 #include "model/mtp.h"
@@ -22,81 +22,8 @@
 
 using namespace nemo;
 using namespace nemo::speculative;
+using namespace nemo::test;
 
-namespace {
-
-struct Fixture {
-  test::TempDir dir;
-  std::unique_ptr<model::NemotronH> m;
-};
-model::NemotronH& model_for(const std::string& preset) {
-  static std::map<std::string, std::unique_ptr<Fixture>> cache;
-  auto& f = cache[preset];
-  if (!f) {
-    f = std::make_unique<Fixture>();
-    synth::SynthOptions o;
-    o.seed = 3;
-    synth::write_checkpoint(synth::preset_config(preset), f->dir.path(), o);
-    f->m = model::NemotronH::load(f->dir.path());
-  }
-  return *f->m;
-}
-
-struct SpecRun {
-  std::vector<int32_t> tokens;
-  std::vector<float> logits;
-  SpecStats stats;
-};
-
-// What a test asks for: a generation request plus the draft length.
-struct SpecRequest {
-  std::vector<int32_t> prompt;
-  int64_t max_tokens = 64;
-  SamplingParams sampling;
-  std::vector<int32_t> stop_tokens;
-  int draft_max = 4;
-};
-
-// Lends a test-owned drafter to a Generator (which owns its drafter).
-class Borrowed : public Drafter {
- public:
-  explicit Borrowed(Drafter& d) : d_(d) {}
-  std::string name() const override { return d_.name(); }
-  bool wants_hidden() const override { return d_.wants_hidden(); }
-  void begin(std::span<const int32_t> p, const float* h, int32_t a) override { d_.begin(p, h, a); }
-  DraftProposal propose(int n, const SamplingParams& sp, Rng& rng) override { return d_.propose(n, sp, rng); }
-  void commit(std::span<const int32_t> acc, int32_t next, const float* h) override { d_.commit(acc, next, h); }
-
- private:
-  Drafter& d_;
-};
-
-// Runs the engine's one decode loop step by step, recording every token and its logits row.
-SpecRun run(const model::NemotronH& m, const SpecRequest& req, Drafter* d, int threads = 1) {
-  SpecRun r;
-  engine::Generator g(m, ThreadConfig{threads}, d ? std::make_unique<Borrowed>(*d) : nullptr, req.draft_max);
-  g.begin({req.prompt, req.max_tokens, req.sampling, req.stop_tokens});
-  while (!g.done())
-    for (const engine::Emitted& e : g.step()) {
-      r.tokens.push_back(e.token);
-      r.logits.insert(r.logits.end(), e.logits.begin(), e.logits.end());
-    }
-  r.stats = g.stats();
-  return r;
-}
-
-std::vector<int32_t> prompt_of(int kind, int64_t vocab) {
-  std::vector<int32_t> p;
-  if (kind == 0)  // repetitive: n-gram food
-    for (int i = 0; i < 24; ++i) p.push_back(int32_t((i % 5) * 7 % vocab));
-  else if (kind == 1)
-    for (int i = 0; i < 9; ++i) p.push_back(int32_t((i * 131 + 17) % vocab));
-  else
-    p = {3};
-  return p;
-}
-
-}  // namespace
 
 class GreedyLossless : public testing::TestWithParam<std::string> {};
 
@@ -180,7 +107,8 @@ TEST(Speculative, BadRequests) {
   EXPECT_EQ(engine::Generator(m, ThreadConfig{1}, engine::SpecMode::Auto, 3).mode(), engine::SpecMode::None);
   EXPECT_EQ(engine::Generator(model_for("tiny-a"), ThreadConfig{1}, engine::SpecMode::Auto, 3).mode(),
             engine::SpecMode::Mtp);
-  EXPECT_THROW(engine::Generator(m, ThreadConfig{1}, engine::SpecMode::Ngram, 0), Error);
+  EXPECT_THROW(engine::Generator(m, ThreadConfig{1}, engine::SpecMode::Ngram, -1), Error);
+  EXPECT_EQ(engine::Generator(m, ThreadConfig{1}, engine::SpecMode::Ngram, 0).draft_max(), 3);  // 0: default
   EXPECT_THROW(engine::Generator(m, ThreadConfig{1}, engine::SpecMode::Ngram, 16), Error);
   EXPECT_THROW(engine::parse_spec_mode("eagle"), Error);
   SpecRequest req;
@@ -193,45 +121,6 @@ TEST(Speculative, BadRequests) {
 // ---- distributional losslessness --------------------------------------------------------------
 
 namespace {
-
-// Regularised upper incomplete gamma Q(a, x) (series for x < a+1, continued fraction otherwise).
-double gamma_q(double a, double x) {
-  if (x <= 0) return 1.0;
-  const double gln = std::lgamma(a);
-  if (x < a + 1) {
-    double sum = 1.0 / a, del = sum, ap = a;
-    for (int n = 0; n < 1000; ++n) {
-      ap += 1;
-      del *= x / ap;
-      sum += del;
-      if (std::fabs(del) < std::fabs(sum) * 1e-15) break;
-    }
-    return 1.0 - sum * std::exp(-x + a * std::log(x) - gln);
-  }
-  double b = x + 1 - a, c = 1e300, d = 1 / b, h = d;
-  for (int i = 1; i < 1000; ++i) {
-    const double an = -i * (i - a);
-    b += 2;
-    d = an * d + b;
-    if (std::fabs(d) < 1e-300) d = 1e-300;
-    c = b + an / c;
-    if (std::fabs(c) < 1e-300) c = 1e-300;
-    d = 1 / d;
-    const double del = d * c;
-    h *= del;
-    if (std::fabs(del - 1) < 1e-15) break;
-  }
-  return std::exp(-x + a * std::log(x) - gln) * h;
-}
-
-using Dist = std::vector<std::pair<int32_t, double>>;
-
-// The target's exact sampling distribution after `prefix` (prompt + generated tokens).
-Dist target_dist(const model::NemotronH& m, const std::vector<int32_t>& seq, const SamplingParams& sp) {
-  auto st = m.new_state();
-  auto r = m.forward(st, seq, {}, ThreadConfig{1});
-  return sampling_distribution({r.logits.data(), size_t(m.config().vocab_size)}, sp);
-}
 
 // A sampled drafter whose q differs sharply from p: 0.6 on p's least likely token, 0.3·p spread
 // over p's support, 0.05 on each of two tokens p never emits. Exercises acceptance, rejection
@@ -306,7 +195,7 @@ TEST(SpeculativeSampling, FirstThreeTokensFollowTheTargetDistribution) {
   sp.top_k = 4;
   const std::vector<int32_t> prompt = {11, 12, 13, 14};
   // Exact joint distribution of (t1, t2, t3) under the target: 1 + 4 + 16 forwards.
-  std::map<std::vector<int32_t>, double> exact;
+  Joint exact;
   std::map<std::vector<int32_t>, Dist> cache;
   auto dist = [&](const std::vector<int32_t>& s) -> const Dist& {
     auto it = cache.find(s);
@@ -346,27 +235,11 @@ TEST(SpeculativeSampling, FirstThreeTokensFollowTheTargetDistribution) {
 
   // Chi-square over the joint and over each position's marginal.
   auto chi2_test = [&](int pos_mask, const char* what) {
-    std::map<std::vector<int32_t>, double> e;
-    std::map<std::vector<int32_t>, double> o;
-    auto key = [&](const std::vector<int32_t>& t) {
-      std::vector<int32_t> k;
-      for (int j = 0; j < 3; ++j)
-        if (pos_mask & (1 << j)) k.push_back(t[size_t(j)]);
-      return k;
-    };
-    for (auto& [t, p] : exact) e[key(t)] += p * N;
-    for (auto& [t, c] : counts) {
-      ASSERT_TRUE(exact.count(t)) << "sampled a sequence outside the target's support";
-      o[key(t)] += c;
-    }
+    for (auto& [t, c] : counts) ASSERT_TRUE(exact.count(t)) << "sampled a sequence outside the target's support";
     double chi2 = 0;
     int cells = 0;
-    for (auto& [k, ev] : e) {
-      chi2 += (o[k] - ev) * (o[k] - ev) / ev;
-      ++cells;
-    }
-    const double pval = gamma_q(0.5 * (cells - 1), 0.5 * chi2);
-    EXPECT_GT(pval, 0.001) << what << ": chi2 " << chi2 << " over " << cells << " cells";
+    EXPECT_GT(chi2_pvalue(exact, counts, N, pos_mask, &chi2, &cells), 0.001)
+        << what << ": chi2 " << chi2 << " over " << cells << " cells";
   };
   chi2_test(1, "token 1");
   chi2_test(2, "token 2");
