@@ -553,14 +553,22 @@ class NemotronH:
 
     # -- forward -----------------------------------------------------------------------------------------
 
-    def hidden(self, ids, state):
-        """Run tokens `ids` (continuing `state`); returns post-norm_f hidden [T, H]."""
+    def hidden(self, ids, state, taps=None):
+        """Run tokens `ids` (continuing `state`); returns post-norm_f hidden [T, H].
+
+        taps: optional dict whose keys are 0-based block ids L; on return taps[L] holds the residual stream
+        AFTER block L for these rows ([T, H], pre-norm; for the last block that is the input of norm_f) -
+        the DFlash/DSpark target taps (dflash_dspark.md §1.1). Does not change the result."""
         c = self.cfg
         ids_t = torch.as_tensor(list(ids), dtype=torch.long)
         if ids_t.numel() == 0:
             raise ValueError("empty token list")
         if int(ids_t.min()) < 0 or int(ids_t.max()) >= c.V:
             raise ValueError("token id out of range")
+        if taps is not None:
+            bad = [k for k in taps if not (isinstance(k, int) and 0 <= k < c.L)]
+            if bad:
+                raise ValueError(f"tap layer ids {bad} out of range 0..{c.L - 1}")
         h = self.W("backbone.embeddings.weight")[ids_t]
         for i, kind in enumerate(c.kinds):
             hn = self.norm(h, f"backbone.layers.{i}.norm.weight")
@@ -574,6 +582,8 @@ class NemotronH:
             else:
                 o = self.mlp(i, hn)
             h = h + o
+            if taps is not None and i in taps:
+                taps[i] = h.clone()
         state.pos += len(ids_t)
         return self.norm(h, "backbone.norm_f.weight")
 
