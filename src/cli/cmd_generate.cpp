@@ -148,10 +148,12 @@ std::vector<Command> make_generate_commands() {
       final.open(dopt->out + ".draft_final.f32", std::ios::binary);
     }
     std::vector<int32_t> toks;
+    int64_t proposals = 0;
     do {
       const bool prefill = toks.empty();
       const auto step = g.step();
-      if (drafter && !prefill && !drafter->last_round().drafts.empty()) {
+      if (drafter && drafter->proposals() > proposals) {  // this step drafted
+        proposals = drafter->proposals();
         const auto& rd = drafter->last_round();
         rounds.push_back({{"p", rd.p}, {"anchor", rd.anchor}, {"q_rows", rd.q_rows}, {"drafts", rd.drafts}});
         write(base, rd.base);

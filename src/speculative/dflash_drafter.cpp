@@ -50,6 +50,7 @@ DraftProposal DFlashDrafter::propose(int max_n, const SamplingParams& sp, Rng& r
     prev = d;
   }
   round_.drafts = prop.tokens;
+  ++proposals_;
   return prop;
 }
 

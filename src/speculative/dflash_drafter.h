@@ -30,6 +30,7 @@ class DFlashDrafter : public Drafter {
     std::vector<float> base, final;  // [drafts, V]
   };
   const Round& last_round() const { return round_; }
+  int64_t proposals() const { return proposals_; }  // propose() calls that drafted something
   const model::DraftContext& context() const { return ctx_; }
 
  private:
@@ -38,6 +39,7 @@ class DFlashDrafter : public Drafter {
   model::DraftContext ctx_;
   int32_t anchor_ = 0;
   Round round_;
+  int64_t proposals_ = 0;
 };
 
 }  // namespace nemo::speculative

@@ -48,9 +48,10 @@ import nemotron_ref as nref  # noqa: E402
 import nemotron_formats as fmts  # noqa: E402
 import drafter_ref as dref  # noqa: E402
 
-# Measured engine-vs-reference errors are printed per case; the bound asserted is DEFAULT_TOL (see the README in
-# tools/reference for the measured values it was set from).
-DEFAULT_TOL = 3e-5
+# Measured engine-vs-reference errors are printed per case; the bound asserted is DEFAULT_TOL. Measured with the
+# C++ engine (AVX-512 machine, every case of this matrix): max relative error 2.0e-6 (DFlash) and 1.3e-6
+# (DSpark); the bound is 5x that.
+DEFAULT_TOL = 1e-5
 DEFAULT_TIE_TOL = 3e-5
 TARGETS = [
     dict(tag="tiny-a-bf16", preset="tiny-a", seed=111, synth=["--dtype", "bf16"]),
