@@ -15,8 +15,10 @@
 #include "kernels/linear.h"
 #include "kernels/ops.h"
 #include "kernels/sampling.h"
+#include "model/dflash.h"
 #include "model/mtp.h"
 #include "model/nemotron_h.h"
+#include "speculative/dflash_drafter.h"
 #include "speculative/drafter.h"
 #include "speculative/mtp_drafter.h"
 
@@ -62,7 +64,7 @@ std::vector<int> parse_list(const std::string& s) {
 }
 
 struct BenchOpts {
-  std::string model, spec = "none", gammas = "1,2,3,4,5,6,7", kv_cache = "f32";
+  std::string model, spec = "none", gammas = "1,2,3,4,5,6,7", kv_cache = "f32", draft;
   int64_t prompt = 128, gen = 32;
   int threads = 0, reps = 1;
   bool json = false, membw = false, verify_curve = false;
@@ -70,9 +72,40 @@ struct BenchOpts {
 
 // One benchmark run over one loaded model: each part adds its numbers to `j` and prints them
 // unless --json.
+// Pays a real drafter's cost every round but proposes the oracle's tokens: the speedup such a
+// drafter would give at 100% acceptance (the ceiling), measured, not predicted.
+class CostedOracle : public speculative::Drafter {
+ public:
+  CostedOracle(std::unique_ptr<speculative::Drafter> real, std::vector<int32_t> script,
+               int64_t vocab)
+      : real_(std::move(real)), oracle_(std::move(script), false, vocab) {}
+  std::string name() const override { return real_->name() + "-oracle"; }
+  bool wants_hidden() const override { return real_->wants_hidden(); }
+  std::span<const int64_t> tap_layers() const override { return real_->tap_layers(); }
+  bool tap_last_post_norm() const override { return real_->tap_last_post_norm(); }
+  void begin(std::span<const int32_t> p, const float* h, int32_t a) override {
+    real_->begin(p, h, a);
+    oracle_.begin(p, h, a);
+  }
+  speculative::DraftProposal propose(int n, const speculative::SamplingParams& sp,
+                                     Rng& rng) override {
+    real_->propose(n, sp, rng);
+    return oracle_.propose(n, sp, rng);
+  }
+  void commit(std::span<const int32_t> acc, int32_t next, const float* h) override {
+    real_->commit(acc, next, h);
+    oracle_.commit(acc, next, h);
+  }
+
+ private:
+  std::unique_ptr<speculative::Drafter> real_;
+  speculative::ScriptedDrafter oracle_;
+};
+
 struct Bench {
   const BenchOpts& o;
   const model::NemotronH& m;
+  const model::DFlashModel* draft;
   ThreadConfig tc;
   std::vector<int32_t> prompt;
   Rng rng{42};
@@ -211,7 +244,13 @@ struct Bench {
     if (kind == "oracle") return std::make_unique<speculative::ScriptedDrafter>(script, false, V);
     if (kind == "wrong") return std::make_unique<speculative::ScriptedDrafter>(script, true, V);
     if (kind == "mtp") return std::make_unique<speculative::MtpDrafter>(m, tc);
-    fail("--spec '{}': expected none, ngram, mtp, oracle, wrong or all", kind);
+    if (kind == "draft" || kind == "draft-oracle") {
+      if (!draft) fail("--spec {} needs --draft DIR", kind);
+      auto real = std::make_unique<speculative::DFlashDrafter>(*draft, tc);
+      if (kind == "draft") return real;
+      return std::make_unique<CostedOracle>(std::move(real), script, V);
+    }
+    fail("--spec '{}': expected none, ngram, mtp, oracle, wrong, draft, draft-oracle or all", kind);
   }
 
   // Speculative decoding per drafter and γ, side by side with plain decoding of the same prompt;
@@ -221,6 +260,7 @@ struct Bench {
     if (o.spec == "all") {
       kinds = {"ngram", "oracle", "wrong"};
       if (model::MtpHead::present(m)) kinds.push_back("mtp");
+      if (draft) kinds.insert(kinds.end(), {"draft", "draft-oracle"});
     } else {
       std::stringstream ss(o.spec);
       std::string k;
@@ -255,23 +295,28 @@ struct Bench {
         const double secs = now_seconds() - t1 - s.prefill_s;
         const double tps = double(s.emitted - 1) / secs;
         const bool same = out == script;
-        runs.push_back({{"drafter", kind},
-                        {"gamma", g},
-                        {"tok_s", tps},
-                        {"speedup", tps / plain_tps},
-                        {"mean_accept_length", s.mean_accept_length()},
-                        {"acceptance_rate", s.acceptance_rate()},
-                        {"verify_calls", s.rounds},
-                        {"draft_s", s.draft_s},
-                        {"verify_s", s.verify_s},
-                        {"rollback_s", s.rollback_s},
-                        {"identical_to_plain", same}});
+        runs.push_back(
+            {{"drafter", kind},
+             {"gamma", g},
+             {"tok_s", tps},
+             {"speedup", tps / plain_tps},
+             {"mean_accept_length", s.mean_accept_length()},
+             {"acceptance_rate", s.acceptance_rate()},
+             {"verify_calls", s.rounds},
+             {"draft_s", s.draft_s},
+             {"draft_ms_per_round", s.rounds ? 1e3 * s.draft_s / double(s.rounds) : 0.0},
+             {"draft_gb_per_round",
+              draft && kind.starts_with("draft") ? double(draft->round_bytes(g)) / 1e9 : 0.0},
+             {"verify_s", s.verify_s},
+             {"rollback_s", s.rollback_s},
+             {"identical_to_plain", same}});
         if (!o.json)
           std::printf(
               "spec       %-6s gamma %d: %.2f tok/s (%.2fx), accept len %.2f, acceptance %.0f%%, "
-              "draft %.2fs verify %.2fs rollback %.3fs%s\n",
+              "draft %.2fs (%.2f ms/round) verify %.2fs rollback %.3fs%s\n",
               kind.c_str(), g, tps, tps / plain_tps, s.mean_accept_length(),
-              100.0 * s.acceptance_rate(), s.draft_s, s.verify_s, s.rollback_s,
+              100.0 * s.acceptance_rate(), s.draft_s,
+              s.rounds ? 1e3 * s.draft_s / double(s.rounds) : 0.0, s.verify_s, s.rollback_s,
               same ? "" : "  OUTPUT DIFFERS FROM PLAIN DECODING");
         if (!same)
           fail("speculative output differs from plain decoding (drafter {}, gamma {})", kind, g);
@@ -309,11 +354,14 @@ std::vector<Command> make_bench_command() {
         ->capture_default_str();
     s->add_flag("--membw", bo->membw, "Also measure memory read bandwidth (roofline)");
     s->add_option("--spec", bo->spec,
-                  "Also run speculative decoding with: none | ngram | mtp | oracle | wrong | all "
-                  "(comma list)")
+                  "Also run speculative decoding with: none | ngram | mtp | oracle | wrong | draft | "
+                  "draft-oracle | all (comma list)")
         ->capture_default_str();
     s->add_option("--gammas", bo->gammas, "Draft lengths to measure with --spec")
         ->capture_default_str();
+    s->add_option("--draft", bo->draft,
+                  "DFlash / DSpark drafter: --spec draft (the drafter) and draft-oracle (its cost, the oracle's "
+                  "tokens: the speedup at 100% acceptance)");
     s->add_flag(
         "--verify-curve", bo->verify_curve,
         "Cost of a verify forward of width 1..8 and of a rollback, relative to one decode step");
@@ -324,7 +372,12 @@ std::vector<Command> make_bench_command() {
     const double tl = now_seconds();
     auto m = model::NemotronH::load(dir->path, {.kv_dtype = model::parse_kv_dtype(bo->kv_cache)});
     const double load_s = now_seconds() - tl;
-    Bench b{*bo, *m, ThreadConfig{bo->threads > 0 ? bo->threads : default_thread_count()}, {}, Rng{42}, {}};
+    std::unique_ptr<model::DFlashModel> draft;
+    if (!bo->draft.empty()) draft = model::DFlashModel::load(bo->draft, *m);
+    Bench b{*bo,         *m,
+            draft.get(), ThreadConfig{bo->threads > 0 ? bo->threads : default_thread_count()},
+            {},          Rng{42},
+            {}};
     b.prompt.resize(size_t(std::max<int64_t>(1, bo->prompt)));
     for (auto& t : b.prompt) t = int32_t(b.rng.next() % uint64_t(m->config().vocab_size));
     b.j = {{"model", dir->path},

@@ -379,6 +379,15 @@ void DFlashModel::block_hidden(const DraftContext& ctx, int32_t anchor, int64_t 
     kernels::rms_norm(x.data() + i * H, norm_.data(), H, eps, out + (i - first_slot()) * H);
 }
 
+int64_t DFlashModel::round_bytes(int64_t k) const {
+  int64_t b = target_.lm_head_bytes() + fc_.bytes();
+  for (const Layer& L : layers_)
+    b += L.q.bytes() + L.k.bytes() + L.v.bytes() + L.o.bytes() + L.gate.bytes() + L.up.bytes() +
+         L.down.bytes() + L.k.bytes() + L.v.bytes();  // the context append reads K and V again
+  if (has_markov_) b += k * markov_w2_.bytes();
+  return b;
+}
+
 void DFlashModel::markov_bias(int32_t prev, float* out, const ThreadConfig& tc) const {
   if (!has_markov_) return;
   std::vector<float> w1(size_t(markov_w1_.cols));

@@ -69,6 +69,9 @@ class DFlashModel {
                     const ThreadConfig& tc) const;
   // DSpark: out[V] = W2 · W1[prev]. No-op for DFlash.
   bool has_markov() const { return has_markov_; }
+  // Weight bytes one drafting round of k drafts reads: the block pass (every layer), the target's
+  // lm_head, k Markov rows of W2 (DSpark), and the context append after the verify (fc, K/V).
+  int64_t round_bytes(int64_t k) const;
   void markov_bias(int32_t prev, float* out, const ThreadConfig& tc) const;
 
  private:

@@ -63,6 +63,7 @@ class NemotronH {
   void logits_from_hidden(const float* hidden, int64_t n, float* logits, const ThreadConfig& tc) const;
   void embed(int32_t token, float* out) const;
   int64_t weight_bytes() const;  // bytes of all mapped tensors
+  int64_t lm_head_bytes() const { return lm_head_.bytes(); }
   // Weight bytes one decode step reads: every dense matrix, the router, top-k average-size
   // experts + shared expert per MoE layer, lm_head and one embedding row. Used for rooflines.
   int64_t decode_bytes_per_token() const;
