@@ -28,6 +28,8 @@ void attention_forward(const AttentionWeights& w, const io::ModelConfig& c, cons
                        int64_t n_past, float* out, KvCache& kv, const ThreadConfig& tc) {
   const int64_t H = c.hidden_size, HQ = c.num_attention_heads, HKV = c.num_key_value_heads, HD = c.head_dim;
   const int64_t KVW = HKV * HD, QW = HQ * HD, rep = HQ / HKV;
+  if (T < 1 || n_past + T > kv.capacity)
+    fail("attention: {} rows after {} do not fit the KV cache ({} rows)", T, n_past, kv.capacity);
   Buffer<float> q(size_t(T * QW)), ctx(size_t(T * QW)), kn(size_t(T * KVW)), vn(size_t(T * KVW));
   kernels::linear(w.q_proj, hn, T, H, q.data(), QW, tc);
   kernels::linear(w.k_proj, hn, T, H, kn.data(), KVW, tc);

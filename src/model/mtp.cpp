@@ -63,6 +63,7 @@ void MtpHead::forward(MtpState& st, const float* hidden, std::span<const int32_t
                       const ThreadConfig& tc) const {
   const auto& c = target_.config();
   const int64_t T = int64_t(next_tokens.size()), H = c.hidden_size, V = c.vocab_size;
+  if (T == 0) fail("mtp forward: no tokens");
   const int64_t kvw = c.num_key_value_heads * c.head_dim;
   for (auto& kv : st.kv) grow_kv(kv, st.n_past + T, st.n_past, kvw);
   // x0 = eh_proj([enorm(embed(t_{i+1})) ; hnorm(h_i)])  — embedding first, then hidden.
