@@ -47,6 +47,14 @@ with tempfile.TemporaryDirectory() as d:
                  "--spec-stats"])
         check(f"spec {spec} lossless", r.returncode == 0 and r.stdout == base and "verify calls" in r.stderr,
               f"{r.stdout!r} vs {base!r} / {r.stderr}")
+    # DFlash / DSpark drafters (--draft): the same tokens; auto picks the drafter.
+    for kind in ("dflash", "dspark"):
+        dd = os.path.join(d, kind)
+        r = run(["synth", "--preset", "tiny-a", "--drafter", kind, "--out", dd, "--quiet"])
+        check(f"synth {kind}", r.returncode == 0, r.stderr)
+        r = run(["run", "-m", m, "--draft", dd, "--ids", "4,5,6,4,5,6", "-n", "24", "--spec-stats"])
+        check(f"draft {kind} lossless", r.returncode == 0 and r.stdout == base and f"drafter {kind}" in r.stderr,
+              f"{r.stdout!r} vs {base!r} / {r.stderr}")
     # Text in and out: synthetic models ship a trained tokenizer.json and the Lightning template.
     check("synth writes tokenizer", all(os.path.exists(os.path.join(m, f)) for f in
                                         ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")))
@@ -75,6 +83,12 @@ with tempfile.TemporaryDirectory() as d:
     expect_error("mtp without mtp", ["run", "-m", b, "--spec", "mtp", "--ids", "1"], "needs a checkpoint with an MTP")
     expect_error("gamma range", ["run", "-m", m, "--spec", "ngram", "--draft-max", "16", "--ids", "1"], "outside [1, 15]")
     expect_error("unknown spec", ["run", "-m", m, "--spec", "eagle", "--ids", "1"], "--spec 'eagle'")
+    expect_error("drafter/target mismatch", ["run", "-m", b, "--draft", os.path.join(d, "dflash"), "--ids", "1"],
+                 "does not match the target's")
+    expect_error("drafter wrong mode", ["run", "-m", m, "--draft", os.path.join(d, "dflash"), "--spec", "dspark",
+                                         "--ids", "1"], "is a dflash drafter")
+    expect_error("drafter mode without drafter", ["run", "-m", m, "--spec", "dflash", "--ids", "1"],
+                 "needs a drafter: --draft DIR")
     nt = os.path.join(d, "nt")
     run(["synth", "--preset", "tiny-a", "--out", nt, "--quiet"])
     os.remove(os.path.join(nt, "tokenizer.json"))
