@@ -345,10 +345,10 @@ std::vector<Command> make_bench_command() {
     auto* s = app.add_subcommand(
         "bench", "Measure prefill/decode speed, memory, roofline and speculative decoding");
     s->add_option("-m,--model", bo->model, "Model directory (default: the embedded tiny model)");
-    s->add_option("--prompt-tokens", bo->prompt, "Prefill length")->capture_default_str();
-    s->add_option("--gen", bo->gen, "Decode steps")->capture_default_str();
-    s->add_option("-t,--threads", bo->threads, "Threads (default: all cores)");
-    s->add_option("--reps", bo->reps, "Repetitions (best is reported)")->capture_default_str();
+    s->add_option("--prompt-tokens", bo->prompt, "Prefill length")->check(in_range(1, 1 << 20))->capture_default_str();
+    s->add_option("--gen", bo->gen, "Decode steps")->check(in_range(0, 1 << 20))->capture_default_str();
+    s->add_option("-t,--threads", bo->threads, "Threads (default: all cores)")->check(threads_range());
+    s->add_option("--reps", bo->reps, "Repetitions (best is reported)")->check(in_range(1, 1000))->capture_default_str();
     s->add_flag("--json", bo->json, "Machine-readable output");
     s->add_option("--kv-cache", bo->kv_cache, "KV-cache storage: f32 | bf16 | fp8")
         ->capture_default_str();

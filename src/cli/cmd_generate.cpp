@@ -103,9 +103,9 @@ std::vector<Command> make_generate_commands() {
     auto* s = app.add_subcommand("dump", "Write prefill + greedy decode logits (for oracle tests)");
     s->add_option("-m,--model", dopt->model, "Model directory")->required();
     s->add_option("--ids", dopt->ids, "Prompt token ids, comma-separated")->required();
-    s->add_option("--gen", dopt->gen, "Greedy tokens to generate")->capture_default_str();
+    s->add_option("--gen", dopt->gen, "Greedy tokens to generate")->check(in_range(0, 1 << 20))->capture_default_str();
     s->add_option("--out", dopt->out, "Output prefix: PREFIX.json + PREFIX.f32")->required();
-    s->add_option("-t,--threads", dopt->threads, "Threads");
+    s->add_option("-t,--threads", dopt->threads, "Threads")->check(threads_range());
     s->add_flag("--mtp-dump", dopt->mtp,
                 "Also write PREFIX.mtp.f32: MTP logits per prompt slot i for (h_i, t_{i+1}), last slot with g0");
     s->add_option("--kv-cache", dopt->kv_cache, "KV-cache storage: f32 | bf16 | fp8")->capture_default_str();
@@ -114,7 +114,8 @@ std::vector<Command> make_generate_commands() {
     s->add_option("--draft", dopt->draft,
                   "Decode greedily with this DFlash / DSpark drafter and also write PREFIX.draft.json, "
                   "PREFIX.draft_base.f32 and PREFIX.draft_final.f32 (every drafting round)");
-    s->add_option("--draft-max", dopt->draft_max, "Drafts per round with --draft (default: the drafter's block - 1)");
+    s->add_option("--draft-max", dopt->draft_max, "Drafts per round with --draft (default: the drafter's block - 1)")
+        ->check(in_range(0, 15));
     *sub = s;
   };
   v[1].run = [dopt]() {

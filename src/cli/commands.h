@@ -25,6 +25,11 @@ struct Command {
 
 std::vector<Command> all_commands();
 
+// Validators for numeric options: the message names the option and its range. Finite() also
+// refuses NaN and infinities (CLI::Range lets NaN through).
+CLI::Validator in_range(double lo, double hi);  // lo <= v <= hi, finite
+CLI::Validator threads_range();                  // 0 (all cores) .. 1024
+
 // Options every generating command shares (run, chat): model, sampling, threads, speculation,
 // KV cache. `add_to` registers them; the accessors turn them into engine/model settings.
 struct GenerationFlags {

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <cmath>
+
 #include "base/error.h"
 #include "cli/commands.h"
 #include "model/dflash.h"
@@ -24,15 +26,32 @@ std::vector<Command> all_commands() {
   return v;
 }
 
+CLI::Validator in_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& in) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(in.c_str(), &end);
+        if (in.empty() || !end || *end != '\0' || !std::isfinite(v))
+          return fmt::format("'{}' is not a finite number", in);
+        if (v < lo || v > hi) return fmt::format("{} is outside [{}, {}]", in, lo, hi);
+        return "";
+      },
+      fmt::format("[{} .. {}]", lo, hi));
+}
+
+CLI::Validator threads_range() { return in_range(0, 1024); }
+
 void GenerationFlags::add_to(CLI::App* s) {
   s->add_option("-m,--model", model, "Model directory (default: the embedded tiny model)");
-  s->add_option("-n,--max-tokens", max_tokens, "Tokens to generate (per reply)")->capture_default_str();
-  s->add_option("--temp", temp, "Temperature (0 = greedy)")->capture_default_str();
-  s->add_option("--top-k", top_k, "Top-k (0 = off)");
-  s->add_option("--top-p", top_p, "Top-p (1 = off)");
-  s->add_option("--min-p", min_p, "Min-p (0 = off)");
+  s->add_option("-n,--max-tokens", max_tokens, "Tokens to generate (per reply)")
+      ->check(in_range(1, 1 << 30))
+      ->capture_default_str();
+  s->add_option("--temp", temp, "Temperature (0 = greedy)")->check(in_range(0, 1e4))->capture_default_str();
+  s->add_option("--top-k", top_k, "Top-k (0 = off)")->check(in_range(0, 1 << 30));
+  s->add_option("--top-p", top_p, "Top-p (1 = off)")->check(in_range(0, 1));
+  s->add_option("--min-p", min_p, "Min-p (0 = off)")->check(in_range(0, 1));
   s->add_option("--seed", seed, "Sampling seed")->capture_default_str();
-  s->add_option("-t,--threads", threads, "Threads (default: all cores)");
+  s->add_option("-t,--threads", threads, "Threads (default: all cores)")->check(threads_range());
   s->add_option("--spec", spec,
                 "Speculative decoding: auto (the --draft drafter, else MTP if present) | mtp | dflash | dspark | "
                 "ngram | none")
@@ -41,7 +60,8 @@ void GenerationFlags::add_to(CLI::App* s) {
   s->add_flag("--tap-last-post-norm", tap_last_post_norm,
               "Feed the drafter the last target layer's tap after norm_f (default: before, as serving runtimes do)");
   s->add_option("--draft-max", draft_max,
-                "Draft tokens per verify call (gamma, 1..15; default: 3, or the drafter's block size - 1)");
+                "Draft tokens per verify call (gamma, 1..15; default: 3, or the drafter's block size - 1)")
+      ->check(in_range(0, 15));
   s->add_option("--kv-cache", kv_cache, "KV-cache storage: f32 | bf16 | fp8 (checkpoint k/v scales)")
       ->capture_default_str();
   s->add_flag("--fp8-static-activations", fp8_static,

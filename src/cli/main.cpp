@@ -1,4 +1,5 @@
 // nemotron: command-line entry point. Subcommands live in their own files (cmd_*.cpp).
+// Exit codes: 0 success, 1 error (bad model, bad input), 2 usage error (bad option or value).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -15,7 +16,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help / --version exit 0; every usage error (unknown option, value out of range) exits 2.
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
   }
   try {
     for (auto& c : cmds)

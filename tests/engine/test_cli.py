@@ -81,7 +81,14 @@ with tempfile.TemporaryDirectory() as d:
     expect_error("bad id", ["run", "-m", m, "--ids", "1,x"], "'x' is not a token id")
     expect_error("id out of vocab", ["run", "-m", m, "--ids", "512"], "outside the vocabulary")
     expect_error("mtp without mtp", ["run", "-m", b, "--spec", "mtp", "--ids", "1"], "needs a checkpoint with an MTP")
-    expect_error("gamma range", ["run", "-m", m, "--spec", "ngram", "--draft-max", "16", "--ids", "1"], "outside [1, 15]")
+    # Numeric options: out of range or not finite is a usage error (exit 2) naming the option and range.
+    for args, needle in ((["--draft-max", "16"], "--draft-max: 16 is outside [0, 15]"),
+                         (["-n", "0"], "--max-tokens: 0 is outside [1, "), (["-n", "-5"], "--max-tokens: -5 is outside"),
+                         (["--temp", "nan"], "--temp: 'nan' is not a finite number"),
+                         (["--top-p", "5"], "--top-p: 5 is outside [0, 1]"), (["--top-k", "-4"], "--top-k: -4 is outside"),
+                         (["-t", "-3"], "--threads: -3 is outside [0, 1024]")):
+        r = run(["run", "-m", m, "--ids", "1"] + args)
+        check(f"usage error {args}", r.returncode == 2 and needle in r.stderr, f"rc={r.returncode} {r.stderr!r}")
     expect_error("unknown spec", ["run", "-m", m, "--spec", "eagle", "--ids", "1"], "--spec 'eagle'")
     expect_error("drafter/target mismatch", ["run", "-m", b, "--draft", os.path.join(d, "dflash"), "--ids", "1"],
                  "does not match the target's")
