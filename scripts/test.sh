@@ -19,5 +19,9 @@ if [ "${NEMOTRON_SKIP_ASAN:-0}" != "1" ]; then
   echo "== sanitizer tests"
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   (cd build-asan && ctest --output-on-failure -j "$jobs" --timeout 1500 -LE 'oracle|slow')
+else
+  echo "=================================================================="
+  echo "== SKIPPED: sanitizer build and tests (NEMOTRON_SKIP_ASAN=1)"
+  echo "=================================================================="
 fi
 echo "== all tests passed"
