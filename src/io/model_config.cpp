@@ -251,6 +251,12 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   }
   if (const json* b = r.find({"bos_token_id"}); b && b->is_number_integer()) c.bos_token_id = b->get<int64_t>();
   if (const json* p = r.find({"pad_token_id"}); p && p->is_number_integer()) c.pad_token_id = p->get<int64_t>();
+  // A special token outside the vocabulary could never be matched (EOS) or embedded (BOS/pad).
+  for (auto e : c.eos_token_ids)
+    if (e < 0 || e >= c.vocab_size) fail("{}: eos_token_id {} is outside the vocabulary [0, {})", src, e, c.vocab_size);
+  for (const auto& [name, id] : {std::pair{"bos_token_id", c.bos_token_id}, {"pad_token_id", c.pad_token_id}})
+    if (id && (*id < 0 || *id >= c.vocab_size))
+      fail("{}: {} {} is outside the vocabulary [0, {})", src, name, *id, c.vocab_size);
   return c;
 }
 

@@ -1,6 +1,7 @@
 #include "model/nemotron_h.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "base/clock.h"
@@ -119,6 +120,12 @@ ForwardResult NemotronH::forward(SequenceState& st, std::span<const int32_t> tok
     kernels::rms_norm(h.data() + (r.first_row + t) * H, norm_f_.data(), H, cfg_.norm_eps, hf.data() + t * H);
   r.logits.resize(size_t(r.rows * V));
   logits_from_hidden(hf.data(), r.rows, r.logits.data(), tc);
+  // A NaN or Inf weight (embedding row, projection) surfaces here: refuse to sample from it.
+  for (int64_t t = 0; t < r.rows; ++t)
+    for (int64_t v = 0; v < V; ++v)
+      if (!std::isfinite(r.logits[size_t(t * V + v)]))
+        fail("{}: non-finite logits (row {}, token id {}): the checkpoint holds NaN or Inf values on this path",
+             store_.dir(), r.first_row + t, v);
   if (opt.profile) {
     opt.profile->lm_head_s += now_seconds() - t1;
     ++opt.profile->calls;
