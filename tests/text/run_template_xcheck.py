@@ -88,6 +88,11 @@ def run_tool(tool, template_text, cases, work, tag):
 
 def compare(tag, refs, gots, cases, failures):
     ok = 0
+    # Both sides must answer every case: a tool that returned fewer results must not pass.
+    if not (len(refs) == len(gots) == len(cases)) or not cases:
+        failures.append(tag)
+        print(f'--- {tag}: {len(cases)} cases, jinja2 gave {len(refs)} results, ours {len(gots)}')
+        return 0
     for i, (r, g) in enumerate(zip(refs, gots)):
         if r['ok'] == g['ok'] and (not r['ok'] or r['text'] == g['text']):
             ok += 1

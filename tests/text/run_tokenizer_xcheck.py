@@ -118,6 +118,10 @@ def main():
                 out.append(eos)
             return out
         bad = 0
+        # Every string must have an answer from both sides: fewer results (or none) is a failure.
+        if not (len(texts) == len(ref) == len(got)) or not texts:
+            print(f'{m}: {len(texts)} strings, JS gave {len(ref)} results, ours {len(got)}')
+            bad += max(1, len(texts))
         for i, (t, r, g) in enumerate(zip(texts, ref, got)):
             errs = []
             for key, want in (('ids_plain', r['ids_plain']), ('ids', expected_ids(r['ids']))):
