@@ -2,7 +2,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -26,6 +28,25 @@ namespace {
 ThreadConfig threads_of(int n) { return ThreadConfig{n > 0 ? n : default_thread_count()}; }
 
 }  // namespace
+
+// An output file written as PATH.tmp and renamed by commit(): an interrupted dump leaves no
+// complete-looking file behind. PREFIX.json is committed last.
+class AtomicOut {
+ public:
+  explicit AtomicOut(std::string path) : path_(std::move(path)), f_(path_ + ".tmp", std::ios::binary) {
+    if (!f_) fail("{}: cannot write", path_ + ".tmp");
+  }
+  std::ofstream& stream() { return f_; }
+  void commit() {
+    f_.close();
+    if (!f_) fail("{}: write failed", path_ + ".tmp");
+    std::filesystem::rename(path_ + ".tmp", path_);
+  }
+
+ private:
+  std::string path_;
+  std::ofstream f_;
+};
 
 std::vector<Command> make_generate_commands() {
   std::vector<Command> v(2);
@@ -136,17 +157,17 @@ std::vector<Command> make_generate_commands() {
     req.max_tokens = std::max<int64_t>(1, dopt->gen);
     req.prompt_logits = true;
     g.begin(req);
-    std::ofstream bin(dopt->out + ".f32", std::ios::binary);
-    if (!bin) fail("{}: cannot write", dopt->out + ".f32");
+    AtomicOut bin_out(dopt->out + ".f32");
+    std::ofstream& bin = bin_out.stream();
     auto write = [](std::ofstream& f, std::span<const float> v) {
       f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size_bytes()));
     };
     const auto* drafter = dynamic_cast<const speculative::DFlashDrafter*>(g.drafter());
-    std::ofstream base, final;
+    std::optional<AtomicOut> base_out, final_out;
     nlohmann::json rounds = nlohmann::json::array();
     if (drafter) {
-      base.open(dopt->out + ".draft_base.f32", std::ios::binary);
-      final.open(dopt->out + ".draft_final.f32", std::ios::binary);
+      base_out.emplace(dopt->out + ".draft_base.f32");
+      final_out.emplace(dopt->out + ".draft_final.f32");
     }
     std::vector<int32_t> toks;
     int64_t proposals = 0;
@@ -157,8 +178,8 @@ std::vector<Command> make_generate_commands() {
         proposals = drafter->proposals();
         const auto& rd = drafter->last_round();
         rounds.push_back({{"p", rd.p}, {"anchor", rd.anchor}, {"q_rows", rd.q_rows}, {"drafts", rd.drafts}});
-        write(base, rd.base);
-        write(final, rd.final);
+        write(base_out->stream(), rd.base);
+        write(final_out->stream(), rd.final);
       }
       for (size_t i = 0; i < step.size() && int64_t(toks.size()) < dopt->gen; ++i) {
         write(bin, prefill ? g.prompt_logits() : step[i].logits);
@@ -167,14 +188,15 @@ std::vector<Command> make_generate_commands() {
       if (prefill && dopt->gen == 0) write(bin, g.prompt_logits());
     } while (!g.done() && int64_t(toks.size()) < dopt->gen);
     if (drafter) {
-      if (!base || !final) fail("{}: write failed", dopt->out + ".draft_*.f32");
+      base_out->commit();
+      final_out->commit();
       const auto& dc = draft->config();
       const nlohmann::json dj = {{"kind", dc.kind},    {"gamma", g.draft_max()},
                                  {"vocab", V},         {"tap_layers", dc.target_layer_ids},
                                  {"rounds", rounds}};
-      std::ofstream f(dopt->out + ".draft.json");
-      f << dj.dump() << "\n";
-      if (!f) fail("{}: write failed", dopt->out + ".draft.json");
+      AtomicOut f(dopt->out + ".draft.json");
+      f.stream() << dj.dump() << "\n";
+      f.commit();
     }
     if (dopt->mtp) {
       // MTP slot i pairs (h_i, t_{i+1}); the last prompt slot pairs with the first greedy token.
@@ -191,17 +213,17 @@ std::vector<Command> make_generate_commands() {
       Buffer<float> hout(size_t(T * H)), lg(size_t(T * V));
       head->forward(ms, r.hidden.data(), next, hout.data(), tc);
       m->logits_from_hidden(hout.data(), T, lg.data(), tc);
-      std::ofstream mb(dopt->out + ".mtp.f32", std::ios::binary);
-      mb.write(reinterpret_cast<const char*>(lg.data()), std::streamsize(lg.bytes()));
-      if (!mb) fail("{}: write failed", dopt->out + ".mtp.f32");
+      AtomicOut mb(dopt->out + ".mtp.f32");
+      mb.stream().write(reinterpret_cast<const char*>(lg.data()), std::streamsize(lg.bytes()));
+      mb.commit();
     }
-    if (!bin) fail("{}: write failed", dopt->out + ".f32");
+    bin_out.commit();
     nlohmann::json j = {{"prompt", prompt},       {"tokens", toks},
                         {"vocab", V},             {"prefill_rows", prompt.size()},
                         {"decode_rows", std::max<int64_t>(0, int64_t(toks.size()) - 1)}};
-    std::ofstream js(dopt->out + ".json");
-    js << j.dump() << "\n";
-    if (!js) fail("{}: write failed", dopt->out + ".json");
+    AtomicOut js(dopt->out + ".json");
+    js.stream() << j.dump() << "\n";
+    js.commit();
     return 0;
   };
 

@@ -32,8 +32,10 @@ TEST(Synth, LightningLayoutMatchesSpec) {
   EXPECT_EQ(shapes["backbone.layers.5.mixer.k_proj.weight"], (std::vector<int64_t>{256, 2688}));
   EXPECT_EQ(shapes["backbone.layers.5.mixer.o_proj.weight"], (std::vector<int64_t>{2688, 4096}));
   EXPECT_EQ(shapes["backbone.layers.1.mixer.gate.weight"], (std::vector<int64_t>{128, 2688}));
-  EXPECT_EQ(shapes["backbone.layers.51.mixer.experts.127.down_proj.weight"], (std::vector<int64_t>{2688, 1856}));
-  EXPECT_EQ(shapes["backbone.layers.1.mixer.shared_experts.up_proj.weight"], (std::vector<int64_t>{3712, 2688}));
+  EXPECT_EQ(shapes["backbone.layers.51.mixer.experts.127.down_proj.weight"],
+            (std::vector<int64_t>{2688, 1856}));
+  EXPECT_EQ(shapes["backbone.layers.1.mixer.shared_experts.up_proj.weight"],
+            (std::vector<int64_t>{3712, 2688}));
   EXPECT_EQ(shapes["mtp.layers.0.eh_proj.weight"], (std::vector<int64_t>{2688, 5376}));
   EXPECT_TRUE(shapes.count("mtp.layers.1.final_layernorm.weight"));
   EXPECT_TRUE(shapes.count("mtp.layers.1.mixer.experts.0.up_proj.weight"));
@@ -47,7 +49,8 @@ TEST(Synth, LightningLayoutMatchesSpec) {
   }
   EXPECT_NEAR(params / 1e9, 31.6 + 0.6, 1.0);  // + the MTP module (~0.6B)
   for (const auto& t : layout)
-    if (t.name.find("e_score_correction_bias") != std::string::npos) EXPECT_EQ(t.dtype, io::DType::F32);
+    if (t.name.find("e_score_correction_bias") != std::string::npos)
+      EXPECT_EQ(t.dtype, io::DType::F32);
 }
 
 TEST(Synth, DeterministicAndIndependentOfLayerCount) {
@@ -112,4 +115,27 @@ TEST(Synth, ParallelQuantizationIsByteIdentical) {
     ASSERT_EQ(x.nbytes, y.nbytes);
     ASSERT_EQ(0, std::memcmp(x.data, y.data, x.nbytes)) << n;
   }
+}
+
+// An interrupted write leaves no directory that loads, even over an earlier complete checkpoint:
+// config.json goes first and comes back last (and every file is written to .tmp and renamed).
+TEST(Synth, InterruptedWriteLeavesNothingThatLoads) {
+  test::TempDir d;
+  const auto cfg = synth::preset_config("tiny-a");
+  synth::write_checkpoint(cfg, d.path(), {});
+  ASSERT_TRUE(std::filesystem::exists(d.file("config.json")));
+  synth::SynthOptions o;
+  o.seed = 9;
+  int units = 0;
+  o.progress = [&](const std::string&, uint64_t, uint64_t) {
+    if (++units == 5) throw std::runtime_error("interrupted");
+  };
+  EXPECT_THROW(synth::write_checkpoint(cfg, d.path(), o), std::runtime_error);
+  EXPECT_FALSE(std::filesystem::exists(d.file("config.json")));
+  EXPECT_THROW(io::load_model_config(d.path()), Error);
+  EXPECT_GE(units, 5) << "the interruption must happen mid-write";
+  // Writing again completes it.
+  o.progress = nullptr;
+  synth::write_checkpoint(cfg, d.path(), o);
+  EXPECT_NO_THROW(io::load_model_config(d.path()));
 }

@@ -473,10 +473,23 @@ std::string dump_json_hf(const json& j) {
   return s + "\n";
 }
 
+// Written to PATH.tmp and renamed: a file is either the old one, absent, or complete.
 void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream f(p, std::ios::binary);
-  f << text;
-  if (!f) fail("{}: write failed", p.string());
+  const fs::path tmp = p.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << text;
+    f.flush();
+    if (!f) fail("{}: write failed", tmp.string());
+  }
+  fs::rename(tmp, p);
+}
+
+// An interrupted write must not leave a directory that loads: config.json goes first (a directory
+// without it is not a checkpoint) and comes back last, after every shard is complete.
+void begin_checkpoint_dir(const std::string& dir) {
+  fs::create_directories(dir);
+  fs::remove(fs::path(dir) / "config.json");
 }
 
 // Writes units into shards (by shard_key for ModelOpt, by bytes otherwise) + the index.
@@ -575,7 +588,7 @@ std::vector<float> logical_values(const SynthTensor& t, uint64_t seed, int threa
 }
 
 void write_checkpoint(const io::ModelConfig& c, const std::string& dir, const SynthOptions& opt) {
-  fs::create_directories(dir);
+  begin_checkpoint_dir(dir);
   auto units = plan(c, opt);
   const bool mlx = opt.format == SynthFormat::Mlx4 || opt.format == SynthFormat::Mlx8;
   // MLX's writer leaves tensors unaligned; ModelOpt's exporter writes one shard per layer.
@@ -594,7 +607,6 @@ void write_checkpoint(const io::ModelConfig& c, const std::string& dir, const Sy
     cfg["quantization"] = q;
     cfg["quantization_config"] = q;
   }
-  write_text(fs::path(dir) / "config.json", dump_json_hf(cfg));
   if (opt.tokenizer) {
     // A real byte-level BPE tokenizer with the model's vocabulary size (Nemotron's special-token
     // ids: <s> 1, </s> 2, <|im_start|> 10, <|im_end|> 11), and the Lightning chat template.
@@ -609,6 +621,7 @@ void write_checkpoint(const io::ModelConfig& c, const std::string& dir, const Sy
   if (c.eos_token_ids.size() == 1) gen["eos_token_id"] = c.eos_token_ids[0];
   else gen["eos_token_id"] = c.eos_token_ids;
   write_text(fs::path(dir) / "generation_config.json", gen.dump(2) + "\n");
+  write_text(fs::path(dir) / "config.json", dump_json_hf(cfg));  // last: the directory now loads
 }
 
 // ---- drafters -------------------------------------------------------------------------------
@@ -621,7 +634,7 @@ DrafterKind parse_drafter_kind(const std::string& s) {
 
 void write_drafter_checkpoint(DrafterKind kind, const io::ModelConfig& t, const std::string& dir,
                               const SynthOptions& opt) {
-  fs::create_directories(dir);
+  begin_checkpoint_dir(dir);
   const bool spark = kind == DrafterKind::DSpark;
   const int64_t H = t.hidden_size, V = t.vocab_size;
   const bool full = H == 2688;
@@ -711,12 +724,12 @@ void write_drafter_checkpoint(DrafterKind kind, const io::ModelConfig& t, const 
     cfg["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 128.0}, {"original_max_position_embeddings", 8192},
                               {"rope_theta", 10000}};
   }
-  write_text(fs::path(dir) / "config.json", cfg.dump(2) + "\n");
   json hfq = {{"producer", {{"name", "modelopt"}, {"version", "0.44.0rc5"}}},
               {"quantization",
                {{"quant_algo", "W4A16_NVFP4"}, {"group_size", 16}, {"kv_cache_quant_algo", nullptr},
                 {"exclude_modules", exclude}}}};
   write_text(fs::path(dir) / "hf_quant_config.json", hfq.dump(2) + "\n");
+  write_text(fs::path(dir) / "config.json", cfg.dump(2) + "\n");  // last: the directory now loads
 }
 
 }  // namespace nemo::synth
