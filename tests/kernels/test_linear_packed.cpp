@@ -124,6 +124,17 @@ std::vector<std::unique_ptr<Case>> all_cases() {
   return v;
 }
 
+// Matrices large enough that linear() really splits the outputs between threads: its grain is
+// max(16, 2^18 / (K · rows)) outputs, so N = 640, K = 512 gives 2 blocks at 1 row and 5 at 3 rows.
+std::vector<std::unique_ptr<Case>> split_cases() {
+  std::vector<std::unique_ptr<Case>> v;
+  v.push_back(make_nvfp4(640, 512, 21));
+  v.push_back(make_fp8(640, 512, 22));
+  v.push_back(make_affine(640, 512, 4, 64, 23));
+  v.push_back(make_affine(640, 512, 8, 64, 24));
+  return v;
+}
+
 std::vector<float> rand_x(int64_t n_rows, int64_t stride, uint32_t seed) {
   std::mt19937 g(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -170,9 +181,13 @@ TEST(LinearPacked, SimdEqualsReferenceBitwise) {
 
 TEST(LinearPacked, ThreadsAndRangesDoNotChangeBits) {
   IsaGuard guard;
-  for (const auto& c : all_cases()) {
+  auto cases = all_cases();
+  for (auto& c : split_cases()) cases.push_back(std::move(c));
+  int split = 0;  // (case, rows) pairs where 2+ threads really got outputs
+  for (const auto& c : cases) {
     const int64_t K = c->w.cols, N = c->w.rows;
     for (int64_t n : {int64_t(1), int64_t(3), int64_t(5), int64_t(17)}) {
+      split += N > std::max<int64_t>(16, (int64_t(1) << 18) / (K * n));
       const auto x = rand_x(n, K, uint32_t(n + 100));
       std::vector<float> y_ref(static_cast<size_t>(n * N));
       linear_range(c->w, x.data(), n, K, y_ref.data(), N, 0, N, Isa::Reference);
@@ -195,6 +210,7 @@ TEST(LinearPacked, ThreadsAndRangesDoNotChangeBits) {
       }
     }
   }
+  EXPECT_GE(split, 12) << "the thread checks must use shapes that split between threads";
 }
 
 TEST(LinearPacked, RowAloneEqualsRowInBatch) {
