@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -142,8 +143,12 @@ Dist skew(const Dist& pd, int64_t vocab) {
 
 class SkewedDrafter : public Drafter {
  public:
-  SkewedDrafter(const model::NemotronH& m, SamplingParams sp, std::map<std::vector<int32_t>, Dist>* cache)
-      : m_(m), sp_(sp), cache_(cache) {}
+  // lie_about_q: report p (the target's distribution) as the drafts' q instead of the skewed q
+  // they were drawn from. The verify rule then accepts every draft p allows: a biased decoder
+  // the chi-square test must reject (its power, run through the real decode loop).
+  SkewedDrafter(const model::NemotronH& m, SamplingParams sp, std::map<std::vector<int32_t>, Dist>* cache,
+                bool lie_about_q = false)
+      : m_(m), sp_(sp), cache_(cache), lie_(lie_about_q) {}
   std::string name() const override { return "skewed"; }
   void begin(std::span<const int32_t> prompt, const float*, int32_t anchor) override {
     seq_.assign(prompt.begin(), prompt.end());
@@ -154,7 +159,7 @@ class SkewedDrafter : public Drafter {
     std::vector<int32_t> s = seq_;
     for (int j = 0; j < max_n; ++j) {
       const Dist q = skew(dist(s), m_.config().vocab_size);
-  double u = rng.uniform(), c = 0;
+      double u = rng.uniform(), c = 0;
       int32_t tok = q.back().first;
       for (auto [id, pr] : q) {
         c += pr;
@@ -164,7 +169,7 @@ class SkewedDrafter : public Drafter {
         }
       }
       p.tokens.push_back(tok);
-      p.q.push_back(q);
+      p.q.push_back(lie_ ? dist(s) : q);
       s.push_back(tok);
     }
     return p;
@@ -183,6 +188,7 @@ class SkewedDrafter : public Drafter {
   const model::NemotronH& m_;
   SamplingParams sp_;
   std::map<std::vector<int32_t>, Dist>* cache_;
+  bool lie_ = false;
   std::vector<int32_t> seq_;
 };
 
@@ -267,4 +273,34 @@ TEST(SpeculativeSampling, FirstThreeTokensFollowTheTargetDistribution) {
     for (auto [id, pr] : p2) nc += pa * N * (biased[id] - pr) * (biased[id] - pr) / pr;
   }
   EXPECT_GT(nc, 200.0) << "the test would not detect a biased acceptance rule";
+}
+
+// The same test through the real decode loop with a deliberately biased acceptance (the drafter
+// reports q = p, so every draft p allows is accepted): the chi-square must reject it.
+TEST(SpeculativeSampling, ChiSquareRejectsABiasedDecoder) {
+  const auto& m = model_for("tiny-a");
+  SamplingParams sp;
+  sp.temperature = 1.5f;
+  sp.top_k = 4;
+  const std::vector<int32_t> prompt = {11, 12, 13, 14};
+  const Joint exact = exact_first_three(m, prompt, sp);
+  std::map<std::vector<int32_t>, Dist> cache;
+  const int N = 4000;
+  SpecRequest req;
+  req.prompt = prompt;
+  req.max_tokens = 3;
+  req.sampling = sp;
+  req.draft_max = 2;
+  std::map<std::vector<int32_t>, int> counts;
+  for (int i = 0; i < N; ++i) {
+    req.sampling.seed = uint64_t(1000 + i);
+    SkewedDrafter d(m, sp, &cache, /*lie_about_q=*/true);
+    counts[run(m, req, &d).tokens]++;
+  }
+  double chi2 = 0;
+  int cells = 0;
+  // Token 2 is the first draft: the biased rule distorts its marginal.
+  const double p2 = chi2_pvalue(exact, counts, N, 2, &chi2, &cells);
+  std::printf("biased decoder: token 2 chi2 %.1f over %d cells, p = %.3g\n", chi2, cells, p2);
+  EXPECT_LT(p2, 1e-6) << "the chi-square test did not detect a biased decoder: chi2 " << chi2 << " over " << cells;
 }
