@@ -142,6 +142,24 @@ inline Dist target_dist(const model::NemotronH& m, const std::vector<int32_t>& s
 
 using Joint = std::map<std::vector<int32_t>, double>;
 
+// The distributional tests' setting: T 1.5, top-k 4 after a fixed prompt; three tokens, γ = 2
+// (so token 2 is the first draft and token 3 the second or a bonus).
+inline SamplingParams first_three_sampling() {
+  SamplingParams sp;
+  sp.temperature = 1.5f;
+  sp.top_k = 4;
+  return sp;
+}
+inline const std::vector<int32_t> kFirstThreePrompt = {11, 12, 13, 14};
+inline SpecRequest first_three_request() {
+  SpecRequest req;
+  req.prompt = kFirstThreePrompt;
+  req.max_tokens = 3;
+  req.sampling = first_three_sampling();
+  req.draft_max = 2;
+  return req;
+}
+
 // Exact joint distribution of the first three sampled tokens after `prompt` under the target.
 inline Joint exact_first_three(const model::NemotronH& m, const std::vector<int32_t>& prompt,
                                const SamplingParams& sp) {

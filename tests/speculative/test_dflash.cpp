@@ -237,19 +237,13 @@ TEST(DFlashPairing, BadPairsGiveOneClearError) {
 
 TEST(DFlashSampling, FirstThreeTokensFollowTheTargetDistribution) {
   const auto& m = model_for("tiny-a");
-  SamplingParams sp;
-  sp.temperature = 1.5f;
-  sp.top_k = 4;
-  const std::vector<int32_t> prompt = {11, 12, 13, 14};
+  const SamplingParams sp = first_three_sampling();
+  const std::vector<int32_t>& prompt = kFirstThreePrompt;
   const Joint exact = exact_first_three(m, prompt, sp);
   for (auto kind : {synth::DrafterKind::DFlash, synth::DrafterKind::DSpark}) {
     const auto& d = drafter_for(m, "tiny-a", kind);
     const int N = 4000;
-    SpecRequest req;
-    req.prompt = prompt;
-    req.max_tokens = 3;
-    req.sampling = sp;
-    req.draft_max = 2;
+    SpecRequest req = first_three_request();
     std::map<std::vector<int32_t>, int> counts;
     int64_t drafted = 0;
     for (int i = 0; i < N; ++i) {

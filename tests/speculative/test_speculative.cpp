@@ -196,10 +196,8 @@ class SkewedDrafter : public Drafter {
 
 TEST(SpeculativeSampling, FirstThreeTokensFollowTheTargetDistribution) {
   const auto& m = model_for("tiny-a");
-  SamplingParams sp;
-  sp.temperature = 1.5f;
-  sp.top_k = 4;
-  const std::vector<int32_t> prompt = {11, 12, 13, 14};
+  const SamplingParams sp = first_three_sampling();
+  const std::vector<int32_t>& prompt = kFirstThreePrompt;
   // Exact joint distribution of (t1, t2, t3) under the target: 1 + 4 + 16 forwards.
   Joint exact;
   std::map<std::vector<int32_t>, Dist> cache;
@@ -220,11 +218,7 @@ TEST(SpeculativeSampling, FirstThreeTokensFollowTheTargetDistribution) {
   ASSERT_GE(exact.size(), 27u);
 
   const int N = 12000;
-  SpecRequest req;
-  req.prompt = prompt;
-  req.max_tokens = 3;
-  req.sampling = sp;
-  req.draft_max = 2;
+  SpecRequest req = first_three_request();
   std::map<std::vector<int32_t>, int> counts;
   int64_t drafted = 0, accepted = 0;
   for (int i = 0; i < N; ++i) {
@@ -279,18 +273,12 @@ TEST(SpeculativeSampling, FirstThreeTokensFollowTheTargetDistribution) {
 // reports q = p, so every draft p allows is accepted): the chi-square must reject it.
 TEST(SpeculativeSampling, ChiSquareRejectsABiasedDecoder) {
   const auto& m = model_for("tiny-a");
-  SamplingParams sp;
-  sp.temperature = 1.5f;
-  sp.top_k = 4;
-  const std::vector<int32_t> prompt = {11, 12, 13, 14};
+  const SamplingParams sp = first_three_sampling();
+  const std::vector<int32_t>& prompt = kFirstThreePrompt;
   const Joint exact = exact_first_three(m, prompt, sp);
   std::map<std::vector<int32_t>, Dist> cache;
   const int N = 4000;
-  SpecRequest req;
-  req.prompt = prompt;
-  req.max_tokens = 3;
-  req.sampling = sp;
-  req.draft_max = 2;
+  SpecRequest req = first_three_request();
   std::map<std::vector<int32_t>, int> counts;
   for (int i = 0; i < N; ++i) {
     req.sampling.seed = uint64_t(1000 + i);
