@@ -6,7 +6,7 @@
 Default: run the dequantizer unit tests and the reference self-check suite, then for each preset (tiny-a, tiny-b, tiny-c) write a synthetic
 f32 checkpoint with `nemotron synth --preset NAME --dtype f32 --seed S --out DIR`, and for seeded random prompts of
 1, 7 and 140 tokens (140 crosses the 128-row SSD chunk boundary) compare `nemotron dump ... --gen 64` with the
-reference: every prefill/decode logit row must have max|engine-ref| / max|ref| <= 1e-4 and the 64 greedy
+reference: every prefill/decode logit row must have max|engine-ref| / max|ref| <= 2e-5 and the 64 greedy
 tokens must be identical.  The reference is teacher-forced with the engine's tokens so that every decode row
 compares the same context even after a divergence; its own argmax at each step gives the reference tokens.
 
@@ -220,9 +220,10 @@ def compare_case(case, args, model_dir, model32, prompt, work, dump_args=(), fp8
             errs = row_rel_errors(em, rm)
             w = int(np.argmax(errs))
             case.info(f"MTP max rel {errs[w]:.2e} (slot {w}/{T})")
-            bad = np.nonzero(errs > args.tol)[0]
+            bad = np.nonzero(errs > args.mtp_tol)[0]
             if len(bad):
-                case.fail(f"{len(bad)}/{T} MTP rows exceed {args.tol:g}; first at slot {bad[0]} (rel {errs[bad[0]]:.3e})")
+                case.fail(f"{len(bad)}/{T} MTP rows exceed {args.mtp_tol:g}; first at slot {bad[0]} "
+                          f"(rel {errs[bad[0]]:.3e})")
     if contrast is not None:
         # the mode under test must matter: the same engine dump vs a reference WITHOUT it differs by >> tol
         cpre, _, cdec = ref.greedy(contrast, prompt, args.gen, force_tokens=etoks)
@@ -380,7 +381,9 @@ def main(argv=None):
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0, help="prompt seed offset")
     ap.add_argument("--threads", type=int, default=2, help="--threads passed to the engine (0 = omit)")
-    ap.add_argument("--tol", type=float, default=1e-4)
+    # Measured (AVX-512 machine, every case here): logits 4.2e-6, MTP head 1.7e-6; each bound is ~5x that.
+    ap.add_argument("--tol", type=float, default=2e-5)
+    ap.add_argument("--mtp-tol", type=float, default=1e-5)
     ap.add_argument("--timeout", type=int, default=300, help="per engine command, seconds")
     ap.add_argument("--skip-selfcheck", action="store_true")
     ap.add_argument("--no-extra", dest="extra", action="store_false",
