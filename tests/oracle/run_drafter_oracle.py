@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "reference"))
 import nemotron_ref as nref  # noqa: E402
 import nemotron_formats as fmts  # noqa: E402
 import drafter_ref as dref  # noqa: E402
+from run_oracle import Case, prompt_for  # noqa: E402  (the target oracle's case record and prompts)
 
 # Measured engine-vs-reference errors are printed per case; the bound asserted is DEFAULT_TOL. Measured with the
 # C++ engine (AVX-512 machine, every case of this matrix): max relative error 2.0e-6 (DFlash) and 1.3e-6
@@ -82,25 +83,6 @@ def run_cmd(cmd, timeout):
     t0 = time.time()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
     return p.returncode, p.stdout.decode("utf-8", "replace"), time.time() - t0
-
-
-def prompt_for(seed, length, V):
-    rng = np.random.default_rng(seed * 7919 + length)
-    return [int(x) for x in rng.integers(0, V, size=length)]
-
-
-class Case:
-    def __init__(self, name):
-        self.name = name
-        self.ok = True
-        self.lines = []
-
-    def fail(self, msg):
-        self.ok = False
-        self.lines.append("  FAIL: " + msg)
-
-    def info(self, msg):
-        self.lines.append("  " + msg)
 
 
 class Stats:
@@ -258,29 +240,8 @@ def diagnose(case, dcfg, dtens, target, prompt, tokens, meta, bases, finals, gam
 
 
 # ----------------------------------------------------------------------------------------------------------
-# own checkpoint edits (safetensors with any dtype, written from raw bytes)
+# own checkpoint edits (tensors as raw bytes of any dtype, written with nemotron_ref.write_safetensors_raw)
 # ----------------------------------------------------------------------------------------------------------
-
-def write_safetensors_raw(path, tensors, metadata=None):
-    """tensors: {name: (dtype string, shape, bytes)}."""
-    header = {}
-    if metadata:
-        header["__metadata__"] = metadata
-    off = 0
-    blobs = []
-    for name in sorted(tensors):
-        dt, shape, data = tensors[name]
-        header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(data)]}
-        blobs.append(data)
-        off += len(data)
-    hb = json.dumps(header).encode("utf-8")
-    hb += b" " * ((8 - len(hb) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hb)))
-        f.write(hb)
-        for b in blobs:
-            f.write(b)
-
 
 def nvfp4_encode_exact(w):
     """Encode a matrix whose entries are all in the E2M1 value set exactly (scale 1.0 per block, scale_2 1.0):
@@ -333,7 +294,7 @@ def craft_markov_drafter(src, dst, seqs, strength=8.0, corrupt_every=4):
     for fn in os.listdir(src):
         if not fn.endswith(".safetensors") and fn != "model.safetensors.index.json":
             shutil.copy(os.path.join(src, fn), os.path.join(dst, fn))
-    write_safetensors_raw(os.path.join(dst, "model.safetensors"), out, meta)
+    nref.write_safetensors_raw(os.path.join(dst, "model.safetensors"), {k: out[k] for k in sorted(out)}, meta)
     return cfg, len(table)
 
 

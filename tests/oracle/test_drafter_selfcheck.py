@@ -35,11 +35,7 @@ import drafter_ref as dref  # noqa: E402
 import test_reference_selfcheck as tsc  # noqa: E402
 
 
-def rel_err(a, b):
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    den = np.max(np.abs(b))
-    return float(np.max(np.abs(a - b)) / (den if den > 0 else 1.0))
+rel_err = tsc.rel_err  # max|a-b| / max|b|
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -78,16 +78,17 @@ def read_safetensors(path, names=None):
     return out
 
 
-def write_safetensors(path, tensors):
-    """Minimal writer (f32 only) - used by tests to build checkpoints without the engine."""
+def write_safetensors_raw(path, tensors, metadata=None):
+    """Minimal writer from raw bytes: tensors = {name: (dtype string, shape, bytes)}, written in the given order."""
     header = {}
+    if metadata:
+        header["__metadata__"] = metadata
     off = 0
     blobs = []
-    for name, t in tensors.items():
-        a = np.ascontiguousarray(t.detach().cpu().numpy().astype("<f4"))
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
-        blobs.append(a.tobytes())
-        off += a.nbytes
+    for name, (dt, shape, data) in tensors.items():
+        header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
     hb = json.dumps(header).encode("utf-8")
     hb += b" " * ((8 - len(hb) % 8) % 8)
     with open(path, "wb") as f:
@@ -95,6 +96,15 @@ def write_safetensors(path, tensors):
         f.write(hb)
         for b in blobs:
             f.write(b)
+
+
+def write_safetensors(path, tensors):
+    """Minimal writer (f32 only) - used by tests to build checkpoints without the engine."""
+    raw = {}
+    for name, t in tensors.items():
+        a = np.ascontiguousarray(t.detach().cpu().numpy().astype("<f4"))
+        raw[name] = ("F32", a.shape, a.tobytes())
+    write_safetensors_raw(path, raw)
 
 
 def load_checkpoint(model_dir, return_info=False):
