@@ -296,19 +296,21 @@ std::string quote_nonfinite_literals(const std::string& in) {
   return out;
 }
 
-ModelConfig load_model_config(const std::string& dir) {
+json read_config_json(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
   std::ifstream f(path);
   if (!f) fail("{}: cannot open (is '{}' a model directory?)", path, dir);
   std::stringstream ss;
   ss << f.rdbuf();
-  json j;
   try {
-    j = json::parse(quote_nonfinite_literals(ss.str()));
+    return json::parse(quote_nonfinite_literals(ss.str()));
   } catch (const json::exception& e) {
     fail("{}: malformed JSON: {}", path, e.what());
   }
-  return parse_model_config(j, path);
+}
+
+ModelConfig load_model_config(const std::string& dir) {
+  return parse_model_config(read_config_json(dir), (std::filesystem::path(dir) / "config.json").string());
 }
 
 json model_config_to_json(const ModelConfig& c) {

@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numbers>
-#include <sstream>
 
 #include "base/error.h"
 #include "kernels/ops.h"
+#include "io/model_config.h"
 #include "model/layout.h"
 
 namespace nemo::model {
@@ -31,19 +29,6 @@ DFlashModel::DFlashModel(const NemotronH& target, io::DrafterConfig cfg, io::Ten
       opt_(opt) {}
 
 namespace {
-
-nlohmann::json read_config(const std::string& dir) {
-  const std::string path = (std::filesystem::path(dir) / "config.json").string();
-  std::ifstream f(path);
-  if (!f) fail("{}: cannot open (is '{}' a drafter directory?)", path, dir);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  try {
-    return nlohmann::json::parse(io::quote_nonfinite_literals(ss.str()));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: malformed JSON: {}", path, e.what());
-  }
-}
 
 // The pair checks of `inspect --draft`, as load errors: one line naming the field each.
 void check_pair(const std::string& dir, const io::DrafterConfig& d, const io::ModelConfig& t) {
@@ -103,7 +88,7 @@ void check_format(const std::string& dir, const std::string& module, const Linea
 
 std::unique_ptr<DFlashModel> DFlashModel::load(const std::string& dir, const NemotronH& target,
                                                const DraftLoadOptions& opt) {
-  const io::DrafterConfig cfg = io::parse_drafter_config(read_config(dir));
+  const io::DrafterConfig cfg = io::parse_drafter_config(io::read_config_json(dir));
   check_pair(dir, cfg, target.config());
   io::QuantConfig qc = io::load_quant_config(dir);
   if (qc.format == io::QuantFormat::Mlx)

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -551,15 +550,7 @@ InspectReport inspect_dir(const std::string& dir) {
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
   json cfg;
   try {
-    std::ifstream f(cfg_path);
-    if (!f) fail("{}: cannot open (is '{}' a model directory?)", cfg_path, dir);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    try {
-      cfg = json::parse(io::quote_nonfinite_literals(ss.str()));
-    } catch (const json::exception& e) {
-      fail("{}: malformed JSON: {}", cfg_path, e.what());
-    }
+    cfg = io::read_config_json(dir);
   } catch (const Error& e) {
     r.problems.push_back(e.what());
     return r;
