@@ -253,29 +253,24 @@ void DFlashModel::append_context(DraftContext& ctx, const float* taps, int64_t n
     ctx.capacity = cap;
   }
   // c = RMSNorm(fc · taps, hidden_norm)
-  Buffer<float> c(size_t(rows * H)), kr(size_t(rows * KW));
+  Buffer<float> c(size_t(rows * H)), kr(size_t(rows * KW)), vr(size_t(rows * KW));
   kernels::linear(fc_, taps + skip * F, rows, F, c.data(), H, tc);
   for (int64_t t = 0; t < rows; ++t)
     kernels::rms_norm(c.data() + t * H, hidden_norm_.data(), H, float(cfg_.rms_norm_eps),
                       c.data() + t * H);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
-    // K = RoPE(k_norm(Wk c), j) and V = Wv c, written at slot j (mod the window).
+    // K = RoPE(k_norm(Wk c), j) and V = Wv c for all rows at once (each weight read once), then
+    // written at slot j (mod the window: ring slots need not be contiguous).
     kernels::linear(L.k, c.data(), rows, H, kr.data(), KW, tc);
+    kernels::linear(L.v, c.data(), rows, H, vr.data(), KW, tc);
     for (int64_t t = 0; t < rows; ++t) {
       const int64_t j = pos0 + t, slot = window_ > 0 ? j % window_ : j;
       float* kd = ctx.k[l].data() + slot * KW;
       std::copy_n(kr.data() + t * KW, KW, kd);
       head_norm(kd, cfg_.num_key_value_heads, L.k_norm);
       rope_rows(kd, cfg_.num_key_value_heads, j);
-    }
-    if (window_ > 0) {  // ring slots are not contiguous: one row at a time
-      for (int64_t t = 0; t < rows; ++t) {
-        const int64_t slot = (pos0 + t) % window_;
-        kernels::linear(L.v, c.data() + t * H, 1, H, ctx.v[l].data() + slot * KW, KW, tc);
-      }
-    } else {
-      kernels::linear(L.v, c.data(), rows, H, ctx.v[l].data() + pos0 * KW, KW, tc);
+      std::copy_n(vr.data() + t * KW, KW, ctx.v[l].data() + slot * KW);
     }
   }
   ctx.n += n;
