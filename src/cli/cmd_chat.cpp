@@ -10,7 +10,7 @@
 #include "base/error.h"
 #include "base/threads.h"
 #include "cli/commands.h"
-#include "engine/generator.h"
+#include "engine/scheduler.h"
 #include "model/dflash.h"
 #include "model/nemotron_h.h"
 #include "text/chat_template.h"
@@ -51,8 +51,13 @@ std::vector<Command> make_chat_command() {
     if (!src) fail("{}: no chat template (chat_template.jinja or tokenizer_config.json chat_template)", dir->path);
     const text::ChatTemplate tmpl(*src, (std::filesystem::path(dir->path) / "chat_template.jinja").string());
     const auto draft = f.load_draft(*m);
-    engine::Generator gen(*m, ThreadConfig{f.threads > 0 ? f.threads : default_thread_count()},
-                          engine::parse_spec_mode(f.spec), f.draft_max, draft.get());
+    // The serving scheduler, one request at a time: its prefix cache lets each turn resume from
+    // the previous turns' prompt instead of prefilling the whole conversation again (exactly).
+    engine::Scheduler sched(*m, {.threads = {f.threads > 0 ? f.threads : default_thread_count()},
+                                 .spec = engine::parse_spec_mode(f.spec),
+                                 .draft_max = f.draft_max,
+                                 .drafter = draft.get(),
+                                 .max_active = 1});
     std::vector<int32_t> stops;
     for (auto e : m->config().eos_token_ids) stops.push_back(int32_t(e));
     if (tok.eos_id()) stops.push_back(*tok.eos_id());
@@ -65,7 +70,7 @@ std::vector<Command> make_chat_command() {
       text::ChatOptions co;
       co.enable_thinking = !o->no_think;
       const std::string prompt = tmpl.apply(messages, co);
-      engine::GenerateRequest req;
+      engine::RequestOptions req;
       req.prompt = tok.encode(prompt, {.add_special_tokens = false});
       req.max_tokens = f.max_tokens;
       req.sampling = {f.temp, f.top_k, f.top_p, f.min_p, f.seed};
@@ -94,22 +99,35 @@ std::vector<Command> make_chat_command() {
         for (const auto& tc : d.tool_calls) std::printf("\n[tool call] %s\n", tc.name.c_str());
         std::fflush(stdout);
       };
-      auto stats = gen.generate(req, [&](int32_t t) {
-        if (std::find(stops.begin(), stops.end(), t) != stops.end()) return true;
-        show(parser.push(sd.push(t)));
-        return true;
-      });
+      std::string why;
+      const auto stream = sched.submit(req, &why);
+      if (!stream) fail("chat: {}", why);
+      std::vector<engine::TokenOut> got;
+      while (!stream->finished()) {
+        got.clear();
+        stream->wait(got, std::chrono::milliseconds(100));
+        for (const auto& t : got)
+          if (std::find(stops.begin(), stops.end(), t.token) == stops.end())
+            show(parser.push(sd.push(t.token)));
+      }
+      const engine::RequestSummary stats = stream->summary();
+      if (stats.finish == engine::FinishReason::Error) fail("{}", stats.error);
       show(parser.push(sd.finish()));
       show(parser.finish());
       std::printf("\n");
       nlohmann::ordered_json reply = {{"role", "assistant"}, {"content", content}};
       if (!reasoning.empty()) reply["reasoning_content"] = reasoning;
       messages.push_back(reply);
-      if (o->stats)
-        std::fprintf(stderr, "[%lld prompt tokens, %lld generated, %.2f tok/s; %s]\n",
-                     (long long)stats.prompt_tokens, (long long)stats.generated_tokens,
-                     stats.decode_seconds > 0 ? double(stats.generated_tokens - 1) / stats.decode_seconds : 0.0,
-                     engine::spec_mode_name(gen.mode()));
+      if (o->stats) {
+        const double decode_s = stats.total_s - stats.ttft_s;
+        std::fprintf(stderr,
+                     "[%lld prompt tokens (%lld from the prefix cache), %lld generated, %.2f tok/s; "
+                     "%s]\n",
+                     (long long)stats.prompt_tokens, (long long)stats.cached_tokens,
+                     (long long)stats.completion_tokens,
+                     decode_s > 0 ? double(stats.completion_tokens - 1) / decode_s : 0.0,
+                     engine::spec_mode_name(sched.default_spec()));
+      }
     };
     if (!o->message.empty()) {
       turn(o->message);

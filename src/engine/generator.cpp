@@ -205,7 +205,12 @@ const float* Generator::features() const {
 bool Generator::plan_prefill(model::BatchItem& item) {
   const int64_t N = int64_t(req_.prompt.size());
   const int64_t piece = req_.prefill_piece > 0 ? req_.prefill_piece : N;
-  const int64_t n = std::min(piece, N - prompt_done_);
+  int64_t n = std::min(piece, N - prompt_done_);
+  // In pieces, one also ends at the last chunk boundary before the prompt's end: the snapshot
+  // there is the one a continuation of this prompt (the next chat turn) can resume from.
+  const int64_t Q = m_.config().chunk_size, last_boundary = (N - 1) / Q * Q;
+  if (req_.prefill_piece > 0 && prompt_done_ < last_boundary && prompt_done_ + n > last_boundary)
+    n = last_boundary - prompt_done_;
   item.st = &*st_;
   item.tokens = std::span<const int32_t>(req_.prompt).subspan(size_t(prompt_done_), size_t(n));
   item.opt = features_options();
