@@ -12,6 +12,7 @@
 #include "base/threads.h"
 #include "cli/commands.h"
 #include "engine/generator.h"
+#include "engine/scheduler.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
 #include "kernels/sampling.h"
@@ -65,6 +66,7 @@ std::vector<int> parse_list(const std::string& s) {
 
 struct BenchOpts {
   std::string model, spec = "none", gammas = "1,2,3,4,5,6,7", kv_cache = "f32", draft;
+  std::string concurrency, serve_spec = "none,auto";
   int64_t prompt = 128, gen = 32;
   int threads = 0, reps = 1;
   bool json = false, membw = false, verify_curve = false;
@@ -326,6 +328,71 @@ struct Bench {
     j["spec"] = runs;
   }
 
+  // The serving scheduler under load: for each concurrency c, 4c requests (distinct prompts of
+  // --prompt-tokens, --gen tokens each, greedy) submitted at once with c decoding together.
+  // Aggregate generated tok/s, time to first token p50/p99 (queueing included), rows per pass.
+  void serving() {
+    nlohmann::json runs = nlohmann::json::array();
+    std::vector<int> cs = parse_list(o.concurrency);
+    std::vector<std::string> specs;
+    std::stringstream ss(o.serve_spec);
+    for (std::string t; std::getline(ss, t, ',');)
+      if (!t.empty()) specs.push_back(t);
+    for (const std::string& sp : specs)
+      for (int c : cs) {
+        if (c < 1 || c > 256) fail("--concurrency {}: expected 1..256", c);
+        engine::Scheduler sched(m, {.threads = tc,
+                                    .spec = engine::parse_spec_mode(sp),
+                                    .drafter = draft,
+                                    .max_active = c,
+                                    .max_queue = 4 * c,
+                                    .prefix_cache_bytes = 0});
+        std::vector<std::shared_ptr<engine::RequestStream>> streams;
+        const double t0 = now_seconds();
+        for (int i = 0; i < 4 * c; ++i) {
+          engine::RequestOptions r;
+          r.prompt = prompt;
+          r.prompt[0] = int32_t(uint64_t(i) % uint64_t(m.config().vocab_size));  // distinct
+          r.max_tokens = std::max<int64_t>(1, o.gen);
+          std::string why;
+          streams.push_back(sched.submit(r, &why));
+          if (!streams.back()) fail("bench: {}", why);
+        }
+        std::vector<double> ttft;
+        int64_t generated = 0;
+        for (auto& s : streams) {
+          std::vector<engine::TokenOut> sink;
+          while (!s->finished()) s->wait(sink, std::chrono::milliseconds(20));
+          const auto sum = s->summary();
+          if (sum.finish == engine::FinishReason::Error) fail("bench: {}", sum.error);
+          ttft.push_back(sum.ttft_s);
+          generated += sum.completion_tokens;
+        }
+        const double wall = now_seconds() - t0;
+        std::sort(ttft.begin(), ttft.end());
+        auto pct = [&](double p) { return ttft[size_t(p * double(ttft.size() - 1) + 0.5)]; };
+        const auto mt = sched.metrics();
+        const double rows = mt.forward_passes ? double(mt.forward_rows) / double(mt.forward_passes) : 0;
+        runs.push_back({{"spec", engine::spec_mode_name(sched.default_spec())},
+                        {"concurrency", c},
+                        {"requests", 4 * c},
+                        {"tok_s", double(generated) / wall},
+                        {"ttft_p50_s", pct(0.5)},
+                        {"ttft_p99_s", pct(0.99)},
+                        {"rows_per_pass", rows},
+                        {"mean_accept_length", mt.spec.mean_accept_length()}});
+        if (!o.json)
+          std::printf(
+              "serve      %-5s c=%-3d %3d requests: %8.1f tok/s aggregate, TTFT p50 %.3f s p99 "
+              "%.3f s, %.1f rows/pass%s\n",
+              engine::spec_mode_name(sched.default_spec()), c, 4 * c, double(generated) / wall,
+              pct(0.5), pct(0.99), rows,
+              mt.spec.drafted ? fmt::format(", accept length {:.2f}", mt.spec.mean_accept_length()).c_str()
+                             : "");
+      }
+    j["serving"] = runs;
+  }
+
   void memory(double load_s) {
     const double rss_gb = double(peak_rss_bytes()) / 1e9;
     j["peak_rss_gb"] = rss_gb;
@@ -362,6 +429,12 @@ std::vector<Command> make_bench_command() {
     s->add_option("--draft", bo->draft,
                   "DFlash / DSpark drafter: --spec draft (the drafter) and draft-oracle (its cost, the oracle's "
                   "tokens: the speedup at 100% acceptance)");
+    s->add_option("--concurrency", bo->concurrency,
+                  "Serving sweep: the scheduler with these many requests decoding together "
+                  "(comma list, e.g. 1,2,4,8,16)");
+    s->add_option("--serve-spec", bo->serve_spec,
+                  "Speculation modes of the serving sweep (comma list: none, auto, mtp, ngram, ...)")
+        ->capture_default_str();
     s->add_flag(
         "--verify-curve", bo->verify_curve,
         "Cost of a verify forward of width 1..8 and of a rollback, relative to one decode step");
@@ -389,6 +462,7 @@ std::vector<Command> make_bench_command() {
     if (bo->membw) b.roofline();
     if (bo->verify_curve) b.verify_curve();
     if (bo->spec != "none") b.speculation();
+    if (!bo->concurrency.empty()) b.serving();
     b.memory(load_s);
     if (bo->json) std::printf("%s\n", b.j.dump(2).c_str());
     return 0;
