@@ -272,3 +272,48 @@ TEST(Scheduler, StopTokensAndLogprobs) {
   EXPECT_EQ(stopped.toks.back().token, free_run.toks[4].token);
   EXPECT_EQ(free_run.sum.finish, FinishReason::Length);
 }
+
+// DFlash / DSpark drafters read taps of every row, including a cached prefix's (stored beside the
+// snapshot): served among other requests and resumed from the cache, the output is unchanged.
+TEST(Scheduler, ExternalDraftersBatchedAndResumedExactly) {
+  model::NemotronH& m = tiny();
+  const int64_t Q = m.config().chunk_size;
+  for (auto kind : {synth::DrafterKind::DFlash, synth::DrafterKind::DSpark}) {
+    test::TempDir dir;
+    synth::write_drafter_checkpoint(kind, synth::preset_config("tiny-a"), dir.path(), {});
+    const auto d = model::DFlashModel::load(dir.path(), m);
+    const SpecMode mode = kind == synth::DrafterKind::DSpark ? SpecMode::DSpark : SpecMode::DFlash;
+    SCOPED_TRACE(spec_mode_name(mode));
+    RequestOptions r;
+    r.prompt = tokens(Q + 20, 21);
+    r.max_tokens = 20;
+    r.sampling.temperature = 0.9f;
+    r.sampling.seed = 3;
+    r.top_logprobs = 2;
+    Output alone;
+    {
+      Scheduler s(m, {.threads = {2}, .spec = mode, .drafter = d.get(), .prefix_cache_bytes = 0});
+      alone = collect(s.submit(r));
+    }
+    ASSERT_EQ(alone.toks.size(), 20u);
+    EXPECT_GT(alone.sum.spec.drafted, 0);
+    Scheduler s(m, {.threads = {2}, .spec = mode, .drafter = d.get(), .prefill_piece = Q});
+    // Fill the cache with the prompt's prefix, then run it among neighbours.
+    RequestOptions warm = r;
+    warm.max_tokens = 1;
+    warm.prompt.resize(size_t(Q + 3));
+    collect(s.submit(warm));
+    std::vector<std::shared_ptr<RequestStream>> others;
+    for (int i = 0; i < 5; ++i) {
+      RequestOptions o;
+      o.prompt = tokens(5 + 30 * i, 40 + uint64_t(i));
+      o.max_tokens = 9;
+      o.spec = i % 2 ? SpecMode::None : mode;
+      others.push_back(s.submit(o));
+    }
+    const Output among = collect(s.submit(r));
+    for (auto& o : others) EXPECT_EQ(collect(o).sum.finish, FinishReason::Length);
+    EXPECT_EQ(among.sum.cached_tokens, Q);
+    expect_same(alone, among);
+  }
+}
