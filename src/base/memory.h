@@ -22,6 +22,9 @@ class Buffer {
   explicit Buffer(size_t n) { resize(n); }
   void resize(size_t n) {
     if (n == n_) return;
+    // Also tells the compiler the size is sane (GCC 12's -Wstringop-overflow otherwise warns
+    // about memset sizes it derives from a negative int64 cast to size_t).
+    if (n > size_t(PTRDIFF_MAX) / sizeof(T)) throw std::bad_alloc();
     size_t bytes = ((n * sizeof(T) + 63) / 64) * 64;
     p_.reset(bytes ? static_cast<T*>(std::aligned_alloc(64, bytes)) : nullptr);
     if (bytes && !p_) throw std::bad_alloc();
