@@ -106,7 +106,7 @@ std::vector<Command> make_serve_command() {
     server::ServerOptions srv;
     std::vector<std::string> api_keys;
     int max_active = 16, max_queue = 64;
-    int64_t ctx_size = 4096, prefix_cache_mb = 256;
+    int64_t ctx_size = 4096, prefix_cache_mb = 256, warmup = 2;
     bool no_metrics = false;
   };
   auto o = std::make_shared<Opts>();
@@ -148,6 +148,10 @@ std::vector<Command> make_serve_command() {
         ->check(in_range(0, 1 << 24))
         ->capture_default_str();
     s->add_option("--model-id", o->srv.model_id, "Model name in /v1/models and responses")
+        ->capture_default_str();
+    s->add_option("--warmup", o->warmup,
+                  "Tokens generated at startup before /health turns 200 (pages the weights in)")
+        ->check(in_range(1, 1 << 30))
         ->capture_default_str();
     s->add_flag("--no-metrics", o->no_metrics, "Disable GET /metrics");
     *sub = s;
@@ -197,7 +201,7 @@ std::vector<Command> make_serve_command() {
     {
       engine::RequestOptions warm;
       warm.prompt = {int32_t(m->config().bos_token_id.value_or(0))};
-      warm.max_tokens = 2;
+      warm.max_tokens = o->ctx_size > 1 ? std::min(o->warmup, o->ctx_size - 1) : o->warmup;
       warm.use_prefix_cache = false;
       if (auto s = sched.submit(warm))
         while (!s->finished()) {

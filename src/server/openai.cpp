@@ -50,8 +50,8 @@ std::optional<int64_t> integer(const json& body, const char* key, int64_t lo, in
   const json* v = field(body, key);
   if (!v) return std::nullopt;
   if (!v->is_number_integer()) bad_request(key, fmt::format("'{}' must be an integer", key));
-  if (v->is_number_unsigned() ? v->get<uint64_t>() > uint64_t(hi) : v->get<int64_t>() > hi ||
-                                                                        v->get<int64_t>() < lo)
+  const bool too_big = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX);
+  if (too_big || v->get<int64_t>() < lo || v->get<int64_t>() > hi)
     bad_request(key, fmt::format("'{}' must be within [{}, {}]", key, lo, hi));
   return v->get<int64_t>();
 }
@@ -235,6 +235,7 @@ GenerationRequest parse_generation_request(const json& body, bool chat) {
   }
 
   r.stream = boolean(body, "stream").value_or(false);
+  r.ignore_eos = boolean(body, "ignore_eos").value_or(false);
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) bad_request("stream_options", "'stream_options' must be an object");
     r.include_usage = boolean(*so, "include_usage").value_or(false);

@@ -50,6 +50,7 @@ struct GenerationRequest {
   std::optional<bool> enable_thinking;
   json template_kwargs = json::object();  // other chat_template_kwargs
   std::optional<engine::SpecMode> spec;
+  bool ignore_eos = false;  // llama-server's extension: generate through end-of-turn tokens
 };
 
 // Validates a /v1/chat/completions (chat) or /v1/completions body. Throws ApiError.

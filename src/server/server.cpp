@@ -240,11 +240,12 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
                    "max_tokens"};
   ro.max_tokens = g->req.max_tokens.value_or(std::min(opt.default_max_tokens, room));
   ro.sampling = g->req.sampling;
-  ro.stop_tokens = b->stop_tokens;
+  if (!g->req.ignore_eos) ro.stop_tokens = b->stop_tokens;
   ro.top_logprobs = g->req.top_logprobs;
   ro.spec = g->req.spec;
   g->mode = g->req.spec && *g->req.spec != engine::SpecMode::Auto ? *g->req.spec : b->scheduler->default_spec();
 
+  const std::vector<int32_t> ro_stop_tokens = ro.stop_tokens;
   std::string why;
   engine::Scheduler::Refusal refusal = engine::Scheduler::Refusal::None;
   g->stream = b->scheduler->submit(std::move(ro), &why, &refusal);
@@ -255,7 +256,7 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
     if (status == 429) res.set_header("Retry-After", "1");
     throw ApiError{status, why, ""};
   }
-  g->builder.emplace(g->req, *b->codec, b->stop_tokens, request_id(chat ? "chatcmpl" : "cmpl"),
+  g->builder.emplace(g->req, *b->codec, ro_stop_tokens, request_id(chat ? "chatcmpl" : "cmpl"),
                      int64_t(std::time(nullptr)), start_in_reasoning);
 
   auto finished = [this, g, &req] {

@@ -30,3 +30,7 @@ add_test(NAME server_load_short
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/scripts/load_test.py
                  --nemotron $<TARGET_FILE:nemotron> --clients 8 --seconds 20 --rss-growth ${_rss_bound})
 set_tests_properties(server_load_short PROPERTIES LABELS server TIMEOUT 240 RUN_SERIAL TRUE)
+# Every route, the SSE format, errors, auth, limits, disconnects and the drain, over loopback
+# with the standard library only (tests/server/test_server.py).
+add_test(NAME server_end_to_end COMMAND /usr/bin/python3 ${_server_dir}/test_server.py $<TARGET_FILE:nemotron>)
+set_tests_properties(server_end_to_end PROPERTIES LABELS server TIMEOUT 300)
