@@ -89,8 +89,11 @@ Generator::Generator(const model::NemotronH& m, ThreadConfig tc,
 
 Generator::~Generator() = default;
 
-void Generator::begin(GenerateRequest req) {
+void Generator::begin(GenerateRequest req, const RestoredPrefix* prefix) {
   if (req.prompt.empty()) fail("generate: the prompt is empty");
+  const int64_t Q = m_.config().chunk_size;
+  if (req.prefill_piece < 0 || req.prefill_piece % Q != 0)
+    fail("generate: prefill_piece {} is not a multiple of the SSD chunk size {}", req.prefill_piece, Q);
   req_ = std::move(req);
   sampler_.emplace(req_.sampling);
   st_.emplace(m_.new_state());
@@ -99,22 +102,68 @@ void Generator::begin(GenerateRequest req) {
   s_.proposed_at.assign(size_t(slots), 0);
   s_.accepted_at.assign(size_t(slots), 0);
   prompt_logits_ = {};
+  prompt_features_.clear();
+  prompt_done_ = 0;
   prefilled_ = false;
   done_ = false;
   finished_ = false;
   t_begin_ = now_seconds();
+  if (prefix && prefix->rows > 0) {
+    const int64_t N = int64_t(req_.prompt.size());
+    // Exact only at chunk boundaries, with the rest of the prompt continuing the chunked scan
+    // (which a one-piece prefill of N >= ssd_min_rows rows also uses).
+    if (prefix->rows % Q != 0 || prefix->rows >= N || N < model::ForwardOptions{}.ssd_min_rows)
+      fail("generate: a restored prefix of {} rows cannot continue a prompt of {} rows exactly",
+           prefix->rows, N);
+    if (req_.prompt_logits) fail("generate: prompt_logits needs the whole prompt prefilled");
+    if (int64_t(prefix->features.size()) != prefix->rows * feature_width())
+      fail("generate: the restored prefix carries features of another drafter");
+    st_->restore(*prefix->state);
+    prompt_features_.assign(prefix->features.begin(), prefix->features.end());
+    prompt_done_ = prefix->rows;
+  }
+}
+
+int64_t Generator::feature_width() const {
+  if (!drafter_) return 0;
+  const int64_t H = m_.config().hidden_size;
+  if (drafter_->wants_hidden()) return H;
+  return int64_t(drafter_->tap_layers().size()) * H;
+}
+
+std::string Generator::feature_key() const {
+  if (!drafter_ || feature_width() == 0) return "";
+  if (drafter_->wants_hidden()) return "hidden";
+  std::string k = "taps";
+  for (auto L : drafter_->tap_layers()) k += ":" + std::to_string(L);
+  return drafter_->tap_last_post_norm() ? k + ":post" : k;
 }
 
 std::span<const Emitted> Generator::step() {
-  out_.clear();
-  if (done_) {
+  model::BatchItem item;
+  if (!plan(item)) {
+    out_.clear();
     finish();
     return {};
   }
+  return complete(m_.forward(*item.st, item.tokens, item.opt, tc_));
+}
+
+bool Generator::plan(model::BatchItem& item) {
+  if (done_) return false;
+  t_plan_ = now_seconds();
+  const bool ok = prefilled_ ? plan_round(item) : plan_prefill(item);
+  item.opt.profile = profile_;
+  return ok;
+}
+
+std::span<const Emitted> Generator::complete(model::ForwardResult r) {
+  out_.clear();
+  r_ = std::move(r);
   if (!prefilled_)
-    prefill();
+    complete_prefill(r_);
   else
-    round();
+    complete_round(r_);
   if (done_) finish();
   return out_;
 }
@@ -152,62 +201,86 @@ const float* Generator::features() const {
   return drafter_->tap_layers().empty() ? nullptr : r_.taps.data();
 }
 
-// Prompt → first token. A drafter that reads hidden states or taps needs every prompt row's.
-void Generator::prefill() {
-  const int64_t V = m_.config().vocab_size;
-  model::ForwardOptions fo = features_options();
-  fo.all_logits = fo.all_logits || req_.prompt_logits;
-  fo.profile = profile_;
-  double t0 = now_seconds();
-  r_ = m_.forward(*st_, req_.prompt, fo, tc_);
-  s_.prefill_s = now_seconds() - t0;
+// The next prompt piece. A drafter that reads hidden states or taps needs every prompt row's.
+bool Generator::plan_prefill(model::BatchItem& item) {
+  const int64_t N = int64_t(req_.prompt.size());
+  const int64_t piece = req_.prefill_piece > 0 ? req_.prefill_piece : N;
+  const int64_t n = std::min(piece, N - prompt_done_);
+  item.st = &*st_;
+  item.tokens = std::span<const int32_t>(req_.prompt).subspan(size_t(prompt_done_), size_t(n));
+  item.opt = features_options();
+  item.opt.all_logits = item.opt.all_logits || req_.prompt_logits;
+  // A prompt that takes the chunked scan in one piece takes it in every piece (exactness).
+  if (N >= model::ForwardOptions{}.ssd_min_rows) item.opt.ssd_min_rows = 1;
+  return true;
+}
+
+void Generator::complete_prefill(model::ForwardResult& r) {
+  const int64_t V = m_.config().vocab_size, N = int64_t(req_.prompt.size());
+  const int64_t n = st_->n_past() - prompt_done_;
+  s_.prefill_s += now_seconds() - t_plan_;
+  if (const float* f = features()) {
+    const int64_t w = feature_width();
+    prompt_features_.insert(prompt_features_.end(), f, f + n * w);
+  }
+  if (req_.prompt_logits) {
+    Buffer<float> all(prompt_logits_.size() + r.logits.size());
+    std::copy_n(prompt_logits_.data(), prompt_logits_.size(), all.data());
+    std::copy_n(r.logits.data(), r.logits.size(), all.data() + prompt_logits_.size());
+    prompt_logits_ = std::move(all);
+  }
+  prompt_done_ += n;
+  if (prompt_done_ < N) return;  // more pieces to go
   prefilled_ = true;
-  if (req_.prompt_logits) prompt_logits_ = std::move(r_.logits);
-  const Buffer<float>& lg = req_.prompt_logits ? prompt_logits_ : r_.logits;
-  const std::span<const float> last{lg.data() + (r_.rows - 1) * V, size_t(V)};
+  const std::span<const float> last{r.logits.data() + (r.rows - 1) * V, size_t(V)};
   anchor_ = sampler_->sample(last);
   if (!emit(anchor_, last)) return;
   if (drafter_) {
-    t0 = now_seconds();
-    drafter_->begin(req_.prompt, features(), anchor_);
+    const double t0 = now_seconds();
+    drafter_->begin(req_.prompt, prompt_features_.empty() ? nullptr : prompt_features_.data(),
+                    anchor_);
     s_.draft_s += now_seconds() - t0;
   }
 }
 
 // One target forward over [anchor, d_1..d_k]; emits the verdict's tokens and keeps exactly the
 // accepted rows of the state (NemotronH::accept replays the Mamba recurrence, truncates KV).
-void Generator::round() {
+bool Generator::plan_round(model::BatchItem& item) {
   const int64_t V = m_.config().vocab_size;
   // Never draft past the token budget: a round emits at most k + 1 tokens.
   const int k_max = int(std::min<int64_t>(draft_max_, req_.max_tokens - s_.emitted - 1));
-  speculative::DraftProposal prop;
-  double t0;
+  prop_ = {};
   if (drafter_ && k_max > 0) {
-    t0 = now_seconds();
-    prop = drafter_->propose(k_max, req_.sampling, sampler_->rng());
+    const double t0 = now_seconds();
+    prop_ = drafter_->propose(k_max, req_.sampling, sampler_->rng());
     s_.draft_s += now_seconds() - t0;
-    if (int(prop.tokens.size()) > k_max) prop.tokens.resize(size_t(k_max));
-    for (auto t : prop.tokens)
+    if (int(prop_.tokens.size()) > k_max) prop_.tokens.resize(size_t(k_max));
+    for (auto t : prop_.tokens)
       if (t < 0 || t >= V)
         fail("drafter '{}' proposed token {} outside the vocabulary", drafter_->name(), t);
-    if (!prop.q.empty() && prop.q.size() < prop.tokens.size())
+    if (!prop_.q.empty() && prop_.q.size() < prop_.tokens.size())
       fail("drafter '{}' returned {} draft distributions for {} tokens", drafter_->name(),
-           prop.q.size(), prop.tokens.size());
+           prop_.q.size(), prop_.tokens.size());
   }
-  const int k = int(prop.tokens.size());
-  std::vector<int32_t> rows{anchor_};
-  rows.insert(rows.end(), prop.tokens.begin(), prop.tokens.end());
-  model::ForwardOptions fo = features_options();
-  fo.all_logits = true;
-  fo.record = k > 0;  // a lone anchor row is always kept: nothing to roll back
-  fo.profile = profile_;
-  t0 = now_seconds();
-  r_ = m_.forward(*st_, rows, fo, tc_);
-  s_.verify_s += now_seconds() - t0;
+  rows_.assign(1, anchor_);
+  rows_.insert(rows_.end(), prop_.tokens.begin(), prop_.tokens.end());
+  item.st = &*st_;
+  item.tokens = rows_;
+  item.opt = features_options();
+  item.opt.all_logits = true;
+  item.opt.record = !prop_.tokens.empty();  // a lone anchor row is always kept
+  t_plan_ = now_seconds();
+  return true;
+}
+
+void Generator::complete_round(model::ForwardResult& r) {
+  const int64_t V = m_.config().vocab_size;
+  const int k = int(prop_.tokens.size());
+  s_.verify_s += now_seconds() - t_plan_;
   ++s_.rounds;
   s_.drafted += k;
 
-  const speculative::Verdict v = speculative::verify({r_.logits.data(), r_.logits.size()}, V, prop,
+  const speculative::Verdict v = speculative::verify({r.logits.data(), r.logits.size()}, V, prop_,
                                                      req_.sampling, sampler_->rng());
   for (size_t i = 0; i < v.tokens.size(); ++i) {
     const bool kept = int(i) < v.accepted;
@@ -216,18 +289,18 @@ void Generator::round() {
       ++s_.accepted;
       ++s_.accepted_at[i];
     }
-    if (!emit(v.tokens[i], {r_.logits.data() + int64_t(i) * V, size_t(V)}))
+    if (!emit(v.tokens[i], {r.logits.data() + int64_t(i) * V, size_t(V)}))
       return;  // ends here: no rollback
   }
   if (k > 0) {
-    t0 = now_seconds();
+    const double t0 = now_seconds();
     m_.accept(*st_, v.accepted + 1);
     s_.rollback_s += now_seconds() - t0;
   }
   anchor_ = v.tokens.back();
   if (drafter_) {
-    t0 = now_seconds();
-    drafter_->commit(std::span<const int32_t>(prop.tokens).first(size_t(v.accepted)), anchor_,
+    const double t0 = now_seconds();
+    drafter_->commit(std::span<const int32_t>(prop_.tokens).first(size_t(v.accepted)), anchor_,
                      features());
     s_.draft_s += now_seconds() - t0;
   }

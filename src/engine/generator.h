@@ -30,6 +30,18 @@ struct GenerateRequest {
   SamplingParams sampling;
   std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these
   bool prompt_logits = false;        // keep the logits of every prompt row (prompt_logits())
+  // Prompt rows per forward: 0 = the whole prompt at once. Otherwise pieces of this many rows
+  // (a multiple of the SSD chunk size), each continuing the chunked scan, so the result is
+  // bitwise the one-piece prefill (model test PrefillSplitAtChunkBoundaryIsExact).
+  int64_t prefill_piece = 0;
+};
+
+// A prompt prefix restored from the prefix cache: the state after its rows, and the drafter's
+// features of those rows (empty when the drafter reads none).
+struct RestoredPrefix {
+  int64_t rows = 0;  // a multiple of the SSD chunk size, below the prompt length
+  const model::SequenceState* state = nullptr;
+  std::span<const float> features;
 };
 
 // One token decided by a step, with the target logits row it was decided from (valid until the
@@ -62,9 +74,17 @@ class Generator {
             std::unique_ptr<speculative::Drafter> drafter, int draft_max);
   ~Generator();
 
-  void begin(GenerateRequest req);
-  // Prefill (first call) or one decode / verify round. Empty once done().
+  // Starts a request; with `prefix`, the prompt's first prefix->rows rows are not run again.
+  void begin(GenerateRequest req, const RestoredPrefix* prefix = nullptr);
+  // One forward: a prompt piece, a decode row or a verify round. Empty once done(). The same
+  // as plan() + NemotronH::forward + complete(), which a scheduler uses to batch many
+  // Generators' forwards into one pass.
   std::span<const Emitted> step();
+  // The forward this step needs (drafting happens here). False once done().
+  bool plan(model::BatchItem& item);
+  // Takes that forward's result; returns the tokens it decided (none for a non-final prompt
+  // piece).
+  std::span<const Emitted> complete(model::ForwardResult r);
   bool done() const { return done_; }
   void cancel() { done_ = true; }
 
@@ -83,13 +103,23 @@ class Generator {
 
   // The current sequence's state (after the first begin()).
   const model::SequenceState& state() const { return *st_; }
+  // Prompt rows already in the state (the prompt length once prefilled), and the drafter
+  // features of those rows (what the prefix cache stores beside a snapshot).
+  int64_t prompt_rows_done() const { return prompt_done_; }
+  bool prefilling() const { return !prefilled_; }
+  std::span<const float> prompt_features() const { return prompt_features_; }
+  // Width of one row of drafter features (0: the drafter reads none), and a key naming their kind.
+  int64_t feature_width() const;
+  std::string feature_key() const;
   SpecMode mode() const { return mode_; }
   int draft_max() const { return draft_max_; }
   const speculative::Drafter* drafter() const { return drafter_.get(); }
 
  private:
-  void prefill();
-  void round();
+  bool plan_prefill(model::BatchItem& item);
+  void complete_prefill(model::ForwardResult& r);
+  bool plan_round(model::BatchItem& item);
+  void complete_round(model::ForwardResult& r);
   model::ForwardOptions features_options() const;
   const float* features() const;
   // Emits `token` (decided from `row`); false once the request has ended.
@@ -112,6 +142,11 @@ class Generator {
   Buffer<float> prompt_logits_;
   int32_t anchor_ = -1;
   bool prefilled_ = false, done_ = true, finished_ = true;
+  int64_t prompt_done_ = 0;                // prompt rows in the state
+  std::vector<float> prompt_features_;     // drafter features of those rows
+  std::vector<int32_t> rows_;              // the planned forward's tokens
+  speculative::DraftProposal prop_;        // the planned round's drafts
+  double t_plan_ = 0;
   double t_begin_ = 0;
   speculative::SpecStats s_, total_;
 };

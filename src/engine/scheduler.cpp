@@ -9,6 +9,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "engine/prefix_cache.h"
 #include "model/mtp.h"
 
 namespace nemo::engine {
@@ -110,20 +111,25 @@ struct Scheduler::Impl {
     std::shared_ptr<RequestStream> stream;
     double t_submit = 0, t_admit = 0, t_first = 0;
     std::unique_ptr<Generator> gen;
+    int64_t cached = 0;  // prompt rows restored from the prefix cache
+    bool ended = false;
   };
 
   const model::NemotronH& m;
   const SchedulerOptions& opt;
+  const int64_t chunk;  // the SSD chunk size: snapshots only at its multiples
   mutable std::mutex mu;
   std::condition_variable cv, idle_cv;
-  std::deque<Job> queue;
-  std::vector<Job> active;
+  std::deque<Job> queue;       // guarded by mu
+  std::vector<Job> active;     // the worker's; its size is published under mu
   bool stopping = false, draining = false;
   uint64_t next_id = 1;
   SchedulerMetrics totals;  // guarded by mu
+  PrefixCache cache;        // the worker's
   std::thread worker;
 
-  Impl(const model::NemotronH& m_, const SchedulerOptions& o) : m(m_), opt(o) {
+  Impl(const model::NemotronH& m_, const SchedulerOptions& o)
+      : m(m_), opt(o), chunk(m_.config().chunk_size), cache(o.prefix_cache_bytes) {
     worker = std::thread([this] { loop(); });
   }
   ~Impl() {
@@ -136,11 +142,15 @@ struct Scheduler::Impl {
   }
 
   void end(Job& j, FinishReason why, std::string error = {}) {
+    if (j.ended) return;
+    j.ended = true;
     RequestSummary s;
     s.finish = why;
     s.error = std::move(error);
     s.prompt_tokens = int64_t(j.req.prompt.size());
+    s.cached_tokens = j.cached;
     if (j.gen) {
+      j.gen->cancel();
       s.completion_tokens = j.gen->stats().emitted;
       s.spec = j.gen->stats();
     }
@@ -154,10 +164,43 @@ struct Scheduler::Impl {
       if (why == FinishReason::Cancelled) ++totals.requests_cancelled;
       if (why == FinishReason::Error) ++totals.requests_failed;
       totals.prompt_tokens += s.prompt_tokens;
+      totals.cached_prompt_tokens += s.cached_tokens;
       totals.generated_tokens += s.completion_tokens;
       if (j.gen) totals.spec.add(s.spec);
     }
     j.stream->finish(std::move(s));
+    j.gen.reset();  // frees the sequence state now, not when the slot is reused
+  }
+
+  // A new request's Generator, resuming from the longest exact cached prefix of its prompt.
+  void start(Job& j) {
+    const SpecMode mode = j.req.spec.value_or(opt.spec);
+    const bool external = mode == SpecMode::DFlash || mode == SpecMode::DSpark;
+    j.gen = std::make_unique<Generator>(m, opt.threads, mode, opt.draft_max,
+                                        external ? opt.drafter : nullptr);
+    GenerateRequest g;
+    g.prompt = j.req.prompt;
+    g.max_tokens = j.req.max_tokens;
+    g.sampling = j.req.sampling;
+    g.stop_tokens = j.req.stop_tokens;
+    g.prefill_piece = std::max<int64_t>(chunk, opt.prefill_piece / chunk * chunk);
+    const int64_t N = int64_t(g.prompt.size());
+    RestoredPrefix pre;
+    if (cacheable(j) && N > chunk) {
+      const int64_t max_rows = (N - 1) / chunk * chunk;
+      if (const PrefixCache::Entry* e = cache.find(g.prompt, j.gen->feature_key(), max_rows)) {
+        pre.rows = int64_t(e->tokens.size());
+        pre.state = &e->state;
+        pre.features = e->features;
+        j.cached = pre.rows;
+      }
+    }
+    j.gen->begin(std::move(g), pre.rows ? &pre : nullptr);
+  }
+
+  bool cacheable(const Job& j) const {
+    return cache.enabled() && j.req.use_prefix_cache &&
+           int64_t(j.req.prompt.size()) >= model::ForwardOptions{}.ssd_min_rows;
   }
 
   void loop() {
@@ -171,47 +214,75 @@ struct Scheduler::Impl {
           queue.pop_front();
           active.back().t_admit = now_seconds();
         }
+        totals.active = int64_t(active.size());
       }
-      for (Job& j : active) step(j);
+      step_all();
       {
         std::lock_guard lk(mu);
-        std::erase_if(active, [](const Job& j) { return !j.stream; });
+        std::erase_if(active, [](const Job& j) { return j.ended; });
+        totals.active = int64_t(active.size());
+        totals.prefix_cache_entries = cache.entries();
+        totals.prefix_cache_bytes = cache.bytes();
+        totals.prefix_cache_hits = cache.hits();
         if (queue.empty() && active.empty()) idle_cv.notify_all();
       }
     }
     for (Job& j : active) end(j, FinishReason::Cancelled);
     for (Job& j : queue) end(j, FinishReason::Cancelled);
+    std::lock_guard lk(mu);
     active.clear();
     queue.clear();
     idle_cv.notify_all();
   }
 
-  void step(Job& j) {
-    try {
+  // One step of every active request, their forwards batched into one pass.
+  void step_all() {
+    std::vector<Job*> planned;
+    std::vector<model::BatchItem> items;
+    for (Job& j : active) {
       if (j.stream->cancel_requested()) {
         end(j, FinishReason::Cancelled);
-        j.stream.reset();
-        return;
+        continue;
       }
-      if (!j.gen) {
-        const SpecMode mode = j.req.spec.value_or(opt.spec);
-        j.gen = std::make_unique<Generator>(m, opt.threads, mode, opt.draft_max,
-                                            mode == SpecMode::None || mode == SpecMode::Mtp ||
-                                                    mode == SpecMode::Ngram
-                                                ? nullptr
-                                                : opt.drafter);
-        GenerateRequest g;
-        g.prompt = j.req.prompt;
-        g.max_tokens = j.req.max_tokens;
-        g.sampling = j.req.sampling;
-        g.stop_tokens = j.req.stop_tokens;
-        j.gen->begin(std::move(g));
+      try {
+        if (!j.gen) start(j);
+        model::BatchItem item;
+        if (!j.gen->plan(item)) {
+          end(j, FinishReason::Length);
+          continue;
+        }
+        planned.push_back(&j);
+        items.push_back(item);
+      } catch (const std::exception& e) {
+        end(j, FinishReason::Error, e.what());
       }
-      const std::span<const Emitted> out = j.gen->step();
-      {
-        std::lock_guard lk(mu);
-        ++totals.forward_passes;
-      }
+    }
+    if (items.empty()) return;
+    std::vector<model::ForwardResult> results;
+    try {
+      results = m.forward_batch(items, opt.threads);
+    } catch (const std::exception& e) {
+      for (Job* j : planned) end(*j, FinishReason::Error, e.what());
+      return;
+    }
+    int64_t rows = 0;
+    for (const auto& it : items) rows += int64_t(it.tokens.size());
+    {
+      std::lock_guard lk(mu);
+      ++totals.forward_passes;
+      totals.forward_rows += rows;
+    }
+    for (size_t i = 0; i < planned.size(); ++i) complete(*planned[i], std::move(results[i]));
+  }
+
+  void complete(Job& j, model::ForwardResult r) {
+    try {
+      Generator& g = *j.gen;
+      const bool was_prefilling = g.prefilling();
+      const std::span<const Emitted> out = g.complete(std::move(r));
+      // A prefill piece ending on a chunk boundary: an exact snapshot for later prompts.
+      if (was_prefilling && cacheable(j) && g.prompt_rows_done() % chunk == 0)
+        cache.insert(j.req.prompt, g.feature_key(), g.state(), g.prompt_features());
       for (const Emitted& e : out) {
         TokenOut t;
         t.token = e.token;
@@ -219,16 +290,14 @@ struct Scheduler::Impl {
         if (!j.t_first) j.t_first = now_seconds();
         j.stream->push(std::move(t));
       }
-      if (j.gen->done()) {
-        const bool hit_stop = !out.empty() && std::find(j.req.stop_tokens.begin(),
-                                                        j.req.stop_tokens.end(),
-                                                        out.back().token) != j.req.stop_tokens.end();
+      if (g.done()) {
+        const bool hit_stop =
+            !out.empty() && std::find(j.req.stop_tokens.begin(), j.req.stop_tokens.end(),
+                                      out.back().token) != j.req.stop_tokens.end();
         end(j, hit_stop ? FinishReason::Stop : FinishReason::Length);
-        j.stream.reset();
       }
     } catch (const std::exception& e) {
       end(j, FinishReason::Error, e.what());
-      j.stream.reset();
     }
   }
 };
@@ -299,7 +368,7 @@ void Scheduler::drain() {
   std::unique_lock lk(impl_->mu);
   impl_->draining = true;
   impl_->idle_cv.wait(lk, [&] {
-    return impl_->stopping || (impl_->queue.empty() && impl_->active.empty());
+    return impl_->stopping || (impl_->queue.empty() && impl_->totals.active == 0);
   });
 }
 
@@ -307,7 +376,6 @@ SchedulerMetrics Scheduler::metrics() const {
   std::lock_guard lk(impl_->mu);
   SchedulerMetrics m = impl_->totals;
   m.queued = int64_t(impl_->queue.size());
-  m.active = int64_t(impl_->active.size());
   return m;
 }
 

@@ -28,9 +28,8 @@ Layer Layer::bind(const WeightBinder& b, const layout::Block& L, io::LayerKind k
   return layer;
 }
 
-void forward_layers(std::span<const Layer> layers, std::span<const LayerState> states,
-                    const io::ModelConfig& c, float* h, const LayerPass& pass,
-                    const ThreadConfig& tc) {
+void forward_layers(std::span<const Layer> layers, const io::ModelConfig& c, float* h,
+                    const LayerPass& pass, const ThreadConfig& tc) {
   const int64_t T = pass.T, H = c.hidden_size;
   Buffer<float> hn(size_t(T * H)), o(size_t(T * H));
   ForwardProfile* prof = pass.profile;
@@ -41,9 +40,10 @@ void forward_layers(std::span<const Layer> layers, std::span<const LayerState> s
     prof->*slot += t - t_mark;
     t_mark = t;
   };
+  std::vector<MambaSeq> mamba_seqs(pass.seqs.size());
+  std::vector<AttnSeq> attn_seqs(pass.seqs.size());
   for (size_t i = 0; i < layers.size(); ++i) {
     const Layer& L = layers[i];
-    const LayerState& s = states[i];
     // hn = rms_norm(h)
     for (int64_t t = 0; t < T; ++t)
       kernels::rms_norm(h + t * H, L.norm_w.data(), H, c.norm_eps, hn.data() + t * H);
@@ -51,13 +51,20 @@ void forward_layers(std::span<const Layer> layers, std::span<const LayerState> s
     // o = mixer(hn)
     switch (L.kind) {
       case io::LayerKind::Mamba:
-        mamba2_forward(std::get<Mamba2Weights>(L.mixer), hn.data(), T, o.data(), *s.mamba,
-                       s.journal, pass.mamba, tc);
+        for (size_t q = 0; q < pass.seqs.size(); ++q) {
+          const SeqRows& sq = pass.seqs[q];
+          mamba_seqs[q] = {sq.row0, sq.T, sq.states[i].mamba, sq.states[i].journal, sq.mamba};
+        }
+        mamba2_forward(std::get<Mamba2Weights>(L.mixer), hn.data(), T, o.data(), mamba_seqs, tc);
         charge(&ForwardProfile::mamba_s);
         break;
       case io::LayerKind::Attention:
-        attention_forward(std::get<AttentionWeights>(L.mixer), c, hn.data(), T, pass.n_past,
-                          o.data(), *s.kv, tc);
+        for (size_t q = 0; q < pass.seqs.size(); ++q) {
+          const SeqRows& sq = pass.seqs[q];
+          attn_seqs[q] = {sq.row0, sq.T, sq.n_past, sq.states[i].kv};
+        }
+        attention_forward(std::get<AttentionWeights>(L.mixer), c, hn.data(), T, attn_seqs,
+                          o.data(), tc);
         charge(&ForwardProfile::attention_s);
         break;
       case io::LayerKind::MoE:

@@ -37,10 +37,19 @@ struct LayerState {
   KvCache* kv = nullptr;
 };
 
-struct LayerPass {
-  int64_t T = 0;       // rows in this pass
-  int64_t n_past = 0;  // rows already in the attention caches
+// One sequence's rows [row0, row0 + T) of a pass, after n_past rows already in its state.
+struct SeqRows {
+  int64_t row0 = 0, T = 0, n_past = 0;
   Mamba2Options mamba;
+  std::span<const LayerState> states;  // one per layer: where this sequence keeps its state
+};
+
+struct LayerPass {
+  int64_t T = 0;  // rows in this pass, all sequences together
+  // The sequences sharing the pass (one for a plain forward). Layers without state (MoE, MLP,
+  // norms, projections) run over all T rows at once; Mamba's conv/scan and attention's cache
+  // reads run per sequence. Kernels are batch-invariant, so each row is what it would be alone.
+  std::span<const SeqRows> seqs;
   ForwardProfile* profile = nullptr;
   // Residual-stream taps (dflash_dspark.md §1.1): after layer taps[k], row t of h is copied to
   // tap_out[t·taps.size()·H + k·H ..]. Empty = no copies.
@@ -48,9 +57,8 @@ struct LayerPass {
   float* tap_out = nullptr;
 };
 
-// h[T, H] ← each layer in order applied to h, advancing each layer's state by T rows.
-void forward_layers(std::span<const Layer> layers, std::span<const LayerState> states,
-                    const io::ModelConfig& c, float* h, const LayerPass& pass,
-                    const ThreadConfig& tc);
+// h[T, H] ← each layer in order applied to h, advancing each sequence's layer states.
+void forward_layers(std::span<const Layer> layers, const io::ModelConfig& c, float* h,
+                    const LayerPass& pass, const ThreadConfig& tc);
 
 }  // namespace nemo::model

@@ -208,7 +208,7 @@ namespace {
 
 // Before the round: the state; per row: the raw xBC (conv window replay) and the recurrence inputs.
 void journal_round(const Mamba2Dims& d, const MambaState& st, const ProjRows& proj,
-                   const XbcRows& xbc, const Buffer<float>& dt, int64_t T, MambaJournal& j) {
+                   const XbcRows& xbc, const float* dt, int64_t T, MambaJournal& j) {
   j.conv0.resize(st.conv.size());
   std::memcpy(j.conv0.data(), st.conv.data(), st.conv.bytes());
   j.ssm0.resize(st.ssm.size());
@@ -222,36 +222,46 @@ void journal_round(const Mamba2Dims& d, const MambaState& st, const ProjRows& pr
     std::memcpy(j.x.data() + t * d.DI, xbc.x(t), size_t(d.DI) * sizeof(float));
     std::memcpy(j.B.data() + t * d.G * d.N, xbc.B(t), size_t(d.G * d.N) * sizeof(float));
   }
-  std::memcpy(j.dt.data(), dt.data(), dt.bytes());
+  std::memcpy(j.dt.data(), dt, size_t(T * d.NH) * sizeof(float));
 }
 
 }  // namespace
 
 void mamba2_forward(const Mamba2Weights& w, const float* hn, int64_t T, float* out, MambaState& st,
                     MambaJournal* journal, const Mamba2Options& opt, const ThreadConfig& tc) {
+  const MambaSeq one{0, T, &st, journal, opt};
+  mamba2_forward(w, hn, T, out, std::span(&one, 1), tc);
+}
+
+void mamba2_forward(const Mamba2Weights& w, const float* hn, int64_t T, float* out,
+                    std::span<const MambaSeq> seqs, const ThreadConfig& tc) {
   const Mamba2Dims& d = w.dims;
   // 1. in_proj: each row splits into z | xBC | dt_raw.
   Buffer<float> zxbcdt(size_t(T * d.DP));
   kernels::linear(w.in_proj, hn, T, d.H, zxbcdt.data(), d.DP, tc);
-  const ProjRows proj{zxbcdt.data(), d};
-  // 2. xBC ← silu(causal depthwise conv over [window ‖ rows]); the window moves on by T rows.
-  Buffer<float> xbc_buf(size_t(T * d.CD));
-  conv1d_silu(w, st.conv.data(), proj, T, xbc_buf.data(), tc);
-  const XbcRows xbc{xbc_buf.data(), d};
-  // 3. dt ← softplus(dt_raw + dt_bias).
-  Buffer<float> dt(size_t(T * d.NH));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < d.NH; ++h) dt[t * d.NH + h] = dt_from_raw(w, proj.dt_raw(t)[h], h);
-  if (journal) journal_round(d, st, proj, xbc, dt, T, *journal);
-  shift_conv_window(d, st.conv, proj.xBC(0), d.DP, T);
-  // 4. y ← the SSM scan: the exact recurrence, or the chunked SSD form for long prefills.
-  Buffer<float> y(size_t(T * d.DI));
-  if (opt.record || T < opt.ssd_min_rows)
-    ssm_scan_recurrent(w, xbc, dt.data(), T, st.ssm.data(), y.data(), tc);
-  else
-    ssm_scan_chunked(w, xbc, dt.data(), T, st.ssm.data(), y.data(), tc);
+  Buffer<float> xbc_buf(size_t(T * d.CD)), dt(size_t(T * d.NH)), y(size_t(T * d.DI));
+  for (const MambaSeq& s : seqs) {
+    const ProjRows proj{zxbcdt.data() + s.row0 * d.DP, d};
+    MambaState& st = *s.st;
+    // 2. xBC ← silu(causal depthwise conv over [window ‖ rows]); the window moves on by T rows.
+    float* xbc_rows = xbc_buf.data() + s.row0 * d.CD;
+    conv1d_silu(w, st.conv.data(), proj, s.T, xbc_rows, tc);
+    const XbcRows xbc{xbc_rows, d};
+    // 3. dt ← softplus(dt_raw + dt_bias).
+    float* dt_rows = dt.data() + s.row0 * d.NH;
+    for (int64_t t = 0; t < s.T; ++t)
+      for (int64_t h = 0; h < d.NH; ++h) dt_rows[t * d.NH + h] = dt_from_raw(w, proj.dt_raw(t)[h], h);
+    if (s.journal) journal_round(d, st, proj, xbc, dt_rows, s.T, *s.journal);
+    shift_conv_window(d, st.conv, proj.xBC(0), d.DP, s.T);
+    // 4. y ← the SSM scan: the exact recurrence, or the chunked SSD form for long prefills.
+    float* y_rows = y.data() + s.row0 * d.DI;
+    if (s.opt.record || s.T < s.opt.ssd_min_rows)
+      ssm_scan_recurrent(w, xbc, dt_rows, s.T, st.ssm.data(), y_rows, tc);
+    else
+      ssm_scan_chunked(w, xbc, dt_rows, s.T, st.ssm.data(), y_rows, tc);
+  }
   // 5. y ← rmsnorm(y · silu(z)) per group.
-  gated_group_rmsnorm(w, y.data(), proj, T, tc);
+  gated_group_rmsnorm(w, y.data(), ProjRows{zxbcdt.data(), d}, T, tc);
   // 6. out_proj.
   kernels::linear(w.out_proj, y.data(), T, d.DI, out, d.H, tc);
 }

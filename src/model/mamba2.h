@@ -107,6 +107,18 @@ void gated_group_rmsnorm(const Mamba2Weights& w, float* y, const ProjRows& proj,
 // out[T, H] = mixer(hn[T, H]); advances `st` by T rows (journaling them when `journal`).
 void mamba2_forward(const Mamba2Weights& w, const float* hn, int64_t T, float* out, MambaState& st,
                     MambaJournal* journal, const Mamba2Options& opt, const ThreadConfig& tc);
+// One sequence's rows [row0, row0 + T) of a batched pass, with its state.
+struct MambaSeq {
+  int64_t row0 = 0, T = 0;
+  MambaState* st = nullptr;
+  MambaJournal* journal = nullptr;
+  Mamba2Options opt;
+};
+// The same over several sequences sharing one pass: in_proj, the gated norm and out_proj run over
+// all rows at once; the conv and the scan run per sequence on its own state. Each row's result is
+// bitwise what its sequence would get alone.
+void mamba2_forward(const Mamba2Weights& w, const float* hn, int64_t T, float* out,
+                    std::span<const MambaSeq> seqs, const ThreadConfig& tc);
 // Rebuild `st` as if only the first `keep` rows of the journaled round had run.
 void mamba2_replay(const Mamba2Weights& w, const MambaJournal& j, int64_t keep, MambaState& st);
 

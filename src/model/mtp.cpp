@@ -80,10 +80,14 @@ void MtpHead::forward(MtpState& st, const float* hidden, std::span<const int32_t
   std::vector<LayerState> states(layers_.size());
   for (size_t i = 0, attn = 0; i < layers_.size(); ++i)
     if (layers_[i].kind == io::LayerKind::Attention) states[i].kv = &st.kv[attn++];
+  SeqRows seq;
+  seq.T = T;
+  seq.n_past = st.n_past;
+  seq.states = states;
   LayerPass pass;
   pass.T = T;
-  pass.n_past = st.n_past;
-  forward_layers(layers_, states, c, x.data(), pass, tc);
+  pass.seqs = std::span(&seq, 1);
+  forward_layers(layers_, c, x.data(), pass, tc);
   for (int64_t t = 0; t < T; ++t)
     kernels::rms_norm(x.data() + t * H, final_norm_.data(), H, c.norm_eps, out_hidden + t * H);
   st.n_past += T;

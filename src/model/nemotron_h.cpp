@@ -68,70 +68,125 @@ void NemotronH::logits_from_hidden(const float* hidden, int64_t n, float* logits
 
 ForwardResult NemotronH::forward(SequenceState& st, std::span<const int32_t> tokens, const ForwardOptions& opt,
                                  const ThreadConfig& tc) const {
-  const int64_t T = int64_t(tokens.size()), H = cfg_.hidden_size, V = cfg_.vocab_size;
-  if (T == 0) fail("forward: no tokens");
-  for (int64_t t = 0; t < T; ++t)
-    if (tokens[t] < 0 || tokens[t] >= V) fail("token id {} at position {} is outside the vocabulary [0, {})", tokens[t], t, V);
-  st.pending_rows_ = 0;  // an unaccepted recorded round is implicitly accepted in full
-  const int64_t n_past = st.n_past_;
-  st.ensure_kv_capacity(n_past + T);
+  const BatchItem one{&st, tokens, opt};
+  return std::move(forward_batch(std::span(&one, 1), tc, opt.profile)[0]);
+}
+
+std::vector<ForwardResult> NemotronH::forward_batch(std::span<const BatchItem> items,
+                                                    const ThreadConfig& tc,
+                                                    ForwardProfile* profile) const {
+  const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size, NL = int64_t(layers_.size());
+  const size_t n = items.size();
+  if (n == 0) fail("forward: no sequences");
+  // Rows of all sequences back to back; one SeqRows (and one set of layer states) per sequence.
+  std::vector<SeqRows> seqs(n);
+  std::vector<std::vector<LayerState>> states(n, std::vector<LayerState>(layers_.size()));
+  std::vector<int64_t> taps;  // union of the sequences' tap layers, ascending
+  int64_t T = 0;
+  for (size_t q = 0; q < n; ++q) {
+    const BatchItem& it = items[q];
+    SequenceState& st = *it.st;
+    for (size_t p = 0; p < q; ++p)
+      if (items[p].st == it.st) fail("forward_batch: one sequence state appears twice");
+    const int64_t Tq = int64_t(it.tokens.size());
+    if (Tq == 0) fail("forward: no tokens");
+    for (int64_t t = 0; t < Tq; ++t)
+      if (it.tokens[t] < 0 || it.tokens[t] >= V)
+        fail("token id {} at position {} is outside the vocabulary [0, {})", it.tokens[t], t, V);
+    for (auto L : it.opt.taps) {
+      if (L < 0 || L >= NL) fail("tap layer {} is outside [0, {})", L, NL);
+      if (std::find(taps.begin(), taps.end(), L) == taps.end()) taps.push_back(L);
+    }
+    st.pending_rows_ = 0;  // an unaccepted recorded round is implicitly accepted in full
+    st.ensure_kv_capacity(st.n_past_ + Tq);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      if (const int s = st.mamba_slot_[i]; s >= 0) {
+        states[q][i].mamba = &st.mamba_[size_t(s)];
+        if (it.opt.record) states[q][i].journal = &st.journal_[size_t(s)];
+      }
+      if (const int s = st.attn_slot_[i]; s >= 0) states[q][i].kv = &st.kv_[size_t(s)];
+    }
+    seqs[q] = {.row0 = T,
+               .T = Tq,
+               .n_past = st.n_past_,
+               .mamba = {it.opt.record, it.opt.ssd_min_rows},
+               .states = states[q]};
+    T += Tq;
+  }
+  std::sort(taps.begin(), taps.end());
 
   // h = embed(tokens)
   Buffer<float> h(size_t(T * H));
-  for (int64_t t = 0; t < T; ++t) embed(tokens[t], h.data() + t * H);
+  for (const SeqRows& sq : seqs)
+    for (int64_t t = 0; t < sq.T; ++t)
+      embed(items[size_t(&sq - seqs.data())].tokens[t], h.data() + (sq.row0 + t) * H);
   // h = layers(h)
-  std::vector<LayerState> states(layers_.size());
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    if (const int s = st.mamba_slot_[i]; s >= 0) {
-      states[i].mamba = &st.mamba_[size_t(s)];
-      if (opt.record) states[i].journal = &st.journal_[size_t(s)];
-    }
-    if (const int s = st.attn_slot_[i]; s >= 0) states[i].kv = &st.kv_[size_t(s)];
-  }
-  ForwardResult r;
-  const int64_t n_taps = int64_t(opt.taps.size());
-  for (auto L : opt.taps)
-    if (L < 0 || L >= int64_t(layers_.size())) fail("tap layer {} is outside [0, {})", L, layers_.size());
-  if (n_taps) r.taps.resize(size_t(T * n_taps * H));
-  forward_layers(layers_, states, cfg_, h.data(),
-                 {.T = T,
-                  .n_past = n_past,
-                  .mamba = {opt.record, opt.ssd_min_rows},
-                  .profile = opt.profile,
-                  .taps = opt.taps,
-                  .tap_out = r.taps.data()},
+  const int64_t NT = int64_t(taps.size());
+  Buffer<float> tap_all(size_t(T * NT * H));
+  forward_layers(layers_, cfg_, h.data(),
+                 {.T = T, .seqs = seqs, .profile = profile, .taps = taps, .tap_out = tap_all.data()},
                  tc);
-  if (opt.tap_last_post_norm)
-    for (int64_t k = 0; k < n_taps; ++k)
-      if (opt.taps[k] + 1 == int64_t(layers_.size()))
-        for (int64_t t = 0; t < T; ++t) {
-          float* row = r.taps.data() + (t * n_taps + k) * H;
-          kernels::rms_norm(row, norm_f_.data(), H, cfg_.norm_eps, row);
-        }
-  st.n_past_ = n_past + T;
-  if (opt.record) st.pending_rows_ = T;
 
-  // logits = lm_head(norm_f(h)) for the last row, or every row.
-  const double t1 = opt.profile ? now_seconds() : 0.0;
-  r.rows = opt.all_logits ? T : 1;
-  r.first_row = T - r.rows;
-  Buffer<float> hf(size_t(r.rows * H));
-  for (int64_t t = 0; t < r.rows; ++t)
-    kernels::rms_norm(h.data() + (r.first_row + t) * H, norm_f_.data(), H, cfg_.norm_eps, hf.data() + t * H);
-  r.logits.resize(size_t(r.rows * V));
-  logits_from_hidden(hf.data(), r.rows, r.logits.data(), tc);
-  // A NaN or Inf weight (embedding row, projection) surfaces here: refuse to sample from it.
-  for (int64_t t = 0; t < r.rows; ++t)
-    for (int64_t v = 0; v < V; ++v)
-      if (!std::isfinite(r.logits[size_t(t * V + v)]))
-        fail("{}: non-finite logits (row {}, token id {}): the checkpoint holds NaN or Inf values on this path",
-             store_.dir(), r.first_row + t, v);
-  if (opt.profile) {
-    opt.profile->lm_head_s += now_seconds() - t1;
-    ++opt.profile->calls;
+  std::vector<ForwardResult> out(n);
+  int64_t logit_rows = 0;
+  for (size_t q = 0; q < n; ++q) {
+    const BatchItem& it = items[q];
+    const SeqRows& sq = seqs[q];
+    ForwardResult& r = out[q];
+    // This sequence's taps, in the order it asked for them.
+    const int64_t nq = int64_t(it.opt.taps.size());
+    if (nq) {
+      r.taps.resize(size_t(sq.T * nq * H));
+      for (int64_t k = 0; k < nq; ++k) {
+        const int64_t u = std::find(taps.begin(), taps.end(), it.opt.taps[k]) - taps.begin();
+        const bool post_norm = it.opt.tap_last_post_norm && it.opt.taps[k] + 1 == NL;
+        for (int64_t t = 0; t < sq.T; ++t) {
+          const float* src = tap_all.data() + ((sq.row0 + t) * NT + u) * H;
+          float* row = r.taps.data() + (t * nq + k) * H;
+          if (post_norm)
+            kernels::rms_norm(src, norm_f_.data(), H, cfg_.norm_eps, row);
+          else
+            std::copy_n(src, H, row);
+        }
+      }
+    }
+    it.st->n_past_ = sq.n_past + sq.T;
+    if (it.opt.record) it.st->pending_rows_ = sq.T;
+    r.rows = it.opt.all_logits ? sq.T : 1;
+    r.first_row = sq.T - r.rows;
+    logit_rows += r.rows;
   }
-  if (opt.want_hidden) r.hidden = std::move(hf);
-  return r;
+
+  // logits = lm_head(norm_f(h)) for each sequence's last row, or all its rows: one matmul.
+  const double t1 = profile ? now_seconds() : 0.0;
+  Buffer<float> hf(size_t(logit_rows * H)), logits(size_t(logit_rows * V));
+  for (int64_t q = 0, at = 0; q < int64_t(n); ++q) {
+    const ForwardResult& r = out[size_t(q)];
+    for (int64_t t = 0; t < r.rows; ++t, ++at)
+      kernels::rms_norm(h.data() + (seqs[size_t(q)].row0 + r.first_row + t) * H, norm_f_.data(), H,
+                        cfg_.norm_eps, hf.data() + at * H);
+  }
+  logits_from_hidden(hf.data(), logit_rows, logits.data(), tc);
+  for (int64_t q = 0, at = 0; q < int64_t(n); ++q) {
+    ForwardResult& r = out[size_t(q)];
+    r.logits.resize(size_t(r.rows * V));
+    std::copy_n(logits.data() + at * V, r.rows * V, r.logits.data());
+    // A NaN or Inf weight (embedding row, projection) surfaces here: refuse to sample from it.
+    for (int64_t i = 0; i < r.rows * V; ++i)
+      if (!std::isfinite(r.logits[size_t(i)]))
+        fail("{}: non-finite logits (row {}, token id {}): the checkpoint holds NaN or Inf values on this path",
+             store_.dir(), r.first_row + i / V, i % V);
+    if (items[size_t(q)].opt.want_hidden) {
+      r.hidden.resize(size_t(r.rows * H));
+      std::copy_n(hf.data() + at * H, r.rows * H, r.hidden.data());
+    }
+    at += r.rows;
+  }
+  if (profile) {
+    profile->lm_head_s += now_seconds() - t1;
+    ++profile->calls;
+  }
+  return out;
 }
 
 void NemotronH::accept(SequenceState& st, int64_t keep) const {

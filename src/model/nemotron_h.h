@@ -41,6 +41,14 @@ struct ForwardResult {
   int64_t first_row = 0; // index (within the call) of the first logits row
 };
 
+// One sequence of a batched forward: run `tokens` after its state's rows, with its own options
+// (opt.profile is ignored here: forward_batch takes one profile for the pass).
+struct BatchItem {
+  SequenceState* st = nullptr;
+  std::span<const int32_t> tokens;
+  ForwardOptions opt;
+};
+
 class NemotronH {
  public:
   // Loads config.json + safetensors from `dir`; weights stay memory-mapped.
@@ -56,6 +64,11 @@ class NemotronH {
   // Runs `tokens` after the state's current rows and advances the state.
   ForwardResult forward(SequenceState& st, std::span<const int32_t> tokens, const ForwardOptions& opt,
                         const ThreadConfig& tc) const;
+  // Several sequences in ONE pass over the weights (continuous batching): results[i] is bitwise
+  // what forward(*items[i].st, items[i].tokens, items[i].opt) returns alone. Each state appears
+  // at most once.
+  std::vector<ForwardResult> forward_batch(std::span<const BatchItem> items, const ThreadConfig& tc,
+                                           ForwardProfile* profile = nullptr) const;
   // After a recorded forward of T rows: keep the first `keep` (1..T) rows, exactly.
   void accept(SequenceState& st, int64_t keep) const;
 

@@ -115,4 +115,54 @@ void SequenceState::reset() {
   pending_rows_ = 0;
 }
 
+SequenceState SequenceState::snapshot() const {
+  if (pending_rows_) fail("snapshot: a recorded forward is not accepted yet");
+  SequenceState s;
+  s.mamba_slot_ = mamba_slot_;
+  s.attn_slot_ = attn_slot_;
+  s.kv_row_floats_ = kv_row_floats_;
+  s.kv_dtype_ = kv_dtype_;
+  s.n_past_ = n_past_;
+  s.journal_.resize(journal_.size());
+  for (const auto& m : mamba_) {
+    MambaState c;
+    c.conv.resize(m.conv.size());
+    std::memcpy(c.conv.data(), m.conv.data(), m.conv.bytes());
+    c.ssm.resize(m.ssm.size());
+    std::memcpy(c.ssm.data(), m.ssm.data(), m.ssm.bytes());
+    s.mamba_.push_back(std::move(c));
+  }
+  for (const auto& kv : kv_) {
+    KvCache c;
+    c.dtype = kv.dtype;
+    grow_kv(c, n_past_, 0, kv_row_floats_);
+    const size_t n = size_t(n_past_ * kv_row_floats_ * kv_dtype_bytes(kv.dtype));
+    if (n) {
+      std::memcpy(c.k.data(), kv.k.data(), n);
+      std::memcpy(c.v.data(), kv.v.data(), n);
+    }
+    s.kv_.push_back(std::move(c));
+  }
+  return s;
+}
+
+void SequenceState::restore(const SequenceState& snap) {
+  if (snap.mamba_.size() != mamba_.size() || snap.kv_.size() != kv_.size() ||
+      snap.kv_row_floats_ != kv_row_floats_ || snap.kv_dtype_ != kv_dtype_)
+    fail("restore: the snapshot belongs to another model or KV-cache type");
+  for (size_t i = 0; i < mamba_.size(); ++i) {
+    std::memcpy(mamba_[i].conv.data(), snap.mamba_[i].conv.data(), snap.mamba_[i].conv.bytes());
+    std::memcpy(mamba_[i].ssm.data(), snap.mamba_[i].ssm.data(), snap.mamba_[i].ssm.bytes());
+  }
+  n_past_ = 0;
+  pending_rows_ = 0;
+  ensure_kv_capacity(snap.n_past_);
+  const size_t n = size_t(snap.n_past_ * kv_row_floats_ * kv_dtype_bytes(kv_dtype_));
+  for (size_t i = 0; i < kv_.size() && n; ++i) {
+    std::memcpy(kv_[i].k.data(), snap.kv_[i].k.data(), n);
+    std::memcpy(kv_[i].v.data(), snap.kv_[i].v.data(), n);
+  }
+  n_past_ = snap.n_past_;
+}
+
 }  // namespace nemo::model

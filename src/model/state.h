@@ -61,6 +61,11 @@ class SequenceState {
   size_t fixed_bytes() const;
   size_t kv_bytes_per_token() const { return size_t(kv_row_floats_) * 2 * size_t(kv_dtype_bytes(kv_dtype_)) * kv_.size(); }
   void reset();  // back to an empty sequence (keeps allocations)
+  // A compact copy of this state (Mamba conv + SSM states, the n_past KV rows; no journal) for
+  // the prefix cache, and the state rebuilt from one. The copy is exact: a sequence restored from
+  // a snapshot continues bitwise as the original would.
+  SequenceState snapshot() const;
+  void restore(const SequenceState& snap);
 
   // Internal to the model: layer-indexed storage (entries for other kinds are empty).
   std::vector<MambaState> mamba_;

@@ -180,6 +180,99 @@ TEST_P(ModelProps, ChunkedPrefillMatchesRecurrence) {
   }
 }
 
+// Continuous batching: sequences in different phases (prefill long enough for the chunked scan,
+// decode rows, recorded verify rows with taps and hidden states) share one pass, and each gets
+// bitwise what it gets alone — logits, hidden, taps, and the state it leaves behind.
+TEST_P(ModelProps, BatchedSequencesBitwiseEqualAlone) {
+  NemotronH& m = model_for(GetParam().preset, GetParam().dtype);
+  const int64_t V = m.config().vocab_size, NL = int64_t(m.config().layers.size());
+  const std::vector<int64_t> taps{NL - 1, 0};  // out of order on purpose
+  struct Case {
+    int64_t past;  // rows prefilled before the batched step (0 = the step is a prefill)
+    int64_t rows;  // rows of the batched step
+    bool record, taps, hidden, all;
+  };
+  const std::vector<Case> cases{{7, 1, false, false, false, false},
+                                {0, 40, false, true, false, true},  // chunked-scan prefill
+                                {12, 4, true, true, true, true},   // verify, rolled back below
+                                {3, 1, false, false, true, true},
+                                {25, 16, true, false, false, true}};
+  for (int threads : {1, 2, 3}) {
+    const ThreadConfig tc{threads};
+    std::vector<model::SequenceState> alone, batched;
+    std::vector<std::vector<int32_t>> rows;
+    std::vector<ForwardOptions> opts;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& k = cases[i];
+      alone.push_back(m.new_state());
+      batched.push_back(m.new_state());
+      if (k.past) {
+        const auto p = random_tokens(k.past, V, 100 + i);
+        m.forward(alone.back(), p, {}, tc);
+        m.forward(batched.back(), p, {}, tc);
+      }
+      rows.push_back(random_tokens(k.rows, V, 200 + i));
+      ForwardOptions o;
+      o.record = k.record;
+      o.all_logits = k.all;
+      o.want_hidden = k.hidden;
+      if (k.taps) o.taps = taps;
+      opts.push_back(o);
+    }
+    std::vector<model::BatchItem> items;
+    for (size_t i = 0; i < cases.size(); ++i) items.push_back({&batched[i], rows[i], opts[i]});
+    const auto got = m.forward_batch(items, tc);
+    ASSERT_EQ(got.size(), cases.size());
+    for (size_t i = 0; i < cases.size(); ++i) {
+      SCOPED_TRACE("sequence " + std::to_string(i) + ", threads " + std::to_string(threads));
+      const auto want = m.forward(alone[i], rows[i], opts[i], tc);
+      ASSERT_EQ(got[i].rows, want.rows);
+      ASSERT_EQ(got[i].logits.size(), size_t(want.rows * V));
+      EXPECT_TRUE(bits_equal(got[i].logits.data(), want.logits.data(), want.logits.size()));
+      ASSERT_EQ(got[i].hidden.size(), want.hidden.size());
+      EXPECT_TRUE(bits_equal(got[i].hidden.data(), want.hidden.data(), want.hidden.size()));
+      ASSERT_EQ(got[i].taps.size(), want.taps.size());
+      EXPECT_TRUE(bits_equal(got[i].taps.data(), want.taps.data(), want.taps.size()));
+      if (cases[i].record) {  // keep a prefix: the rollback must agree too
+        m.accept(alone[i], 2);
+        m.accept(batched[i], 2);
+      }
+      // The states left behind: the next decode row agrees bitwise.
+      const auto next = random_tokens(1, V, 300 + i);
+      const auto a = m.forward(alone[i], next, {}, tc), b = m.forward(batched[i], next, {}, tc);
+      EXPECT_EQ(alone[i].n_past(), batched[i].n_past());
+      EXPECT_TRUE(bits_equal(a.logits.data(), b.logits.data(), size_t(V)));
+    }
+  }
+}
+
+// Prefix reuse: a prefill cut at a multiple of the SSD chunk size and resumed with the chunked
+// scan (ssd_min_rows = 1) is bitwise the one-piece prefill — logits of every row and the state.
+TEST_P(ModelProps, PrefillSplitAtChunkBoundaryIsExact) {
+  NemotronH& m = model_for(GetParam().preset, GetParam().dtype);
+  const int64_t V = m.config().vocab_size, Q = m.config().chunk_size;
+  for (int64_t n : {Q + 5, 2 * Q + 1}) {
+    const auto prompt = random_tokens(n, V, 9);
+    ForwardOptions all;
+    all.all_logits = true;
+    auto whole = m.new_state(), split = m.new_state();
+    const auto rw = m.forward(whole, prompt, all, ThreadConfig{2});
+    std::vector<float> got;
+    for (int64_t at = 0; at < n; at += Q) {
+      ForwardOptions o = all;
+      o.ssd_min_rows = 1;
+      const auto piece = std::span<const int32_t>(prompt).subspan(size_t(at), size_t(std::min(Q, n - at)));
+      const auto r = m.forward(split, piece, o, ThreadConfig{2});
+      got.insert(got.end(), r.logits.data(), r.logits.data() + r.logits.size());
+    }
+    ASSERT_EQ(got.size(), rw.logits.size());
+    EXPECT_TRUE(bits_equal(got.data(), rw.logits.data(), got.size())) << "n = " << n;
+    const auto next = random_tokens(1, V, 10);
+    const auto a = m.forward(whole, next, {}, ThreadConfig{1}), b = m.forward(split, next, {}, ThreadConfig{1});
+    EXPECT_TRUE(bits_equal(a.logits.data(), b.logits.data(), size_t(V))) << "n = " << n;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, ModelProps,
                          testing::Values(Param{"tiny-a", io::DType::F32}, Param{"tiny-a", io::DType::BF16},
                                          Param{"tiny-b", io::DType::BF16}, Param{"tiny-b", io::DType::F16},
