@@ -67,6 +67,13 @@ def start_server(binary, args=(), timeout=60.0):
     if not ready.wait(timeout) or "port" not in found:
         proc.kill()
         raise RuntimeError("server did not start:\n" + "".join(log))
+    # It listens before it is ready: /health turns 200 after the warm-up.
+    end = time.monotonic() + timeout
+    while health(found["host"], found["port"]) != 200:
+        if proc.poll() is not None or time.monotonic() > end:
+            proc.kill()
+            raise RuntimeError("server not healthy:\n" + "".join(log))
+        time.sleep(0.05)
     return proc, found["host"], found["port"]
 
 

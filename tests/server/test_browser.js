@@ -20,6 +20,13 @@ function skip(why) {
   process.exit(77);
 }
 
+// The server's count of client disconnects (GET /metrics), or null when it does not report one.
+async function disconnects(url) {
+  const r = await fetch(url + "/metrics");
+  const m = r.ok && /^nemotron:client_disconnects_total (\d+)$/m.exec(await r.text());
+  return m ? Number(m[1]) : null;
+}
+
 // Sets the settings fields given, types `text` and clicks Send; returns the new reply's locator.
 async function turn(page, text, { temperature, maxTokens, thinking } = {}) {
   if (temperature !== undefined) await page.fill("#temperature", String(temperature));
@@ -43,8 +50,8 @@ async function main() {
     executablePath: CHROMIUM, headless: true, args: ["--no-sandbox", "--disable-gpu"],
   });
   const problems = [];
+  const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
   try {
-    const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
     page.setDefaultTimeout(STEP_MS);
     page.on("pageerror", (e) => problems.push("page error: " + e.message));
     page.on("console", (m) => {
@@ -102,14 +109,31 @@ async function main() {
     assert.equal(await page.getAttribute("body", "data-state"), "idle");
     console.log("error shown:", err);
 
-    // --- Stop during a long reply: the UI returns to idle, the server stays healthy
-    const fourth = await turn(page, "Tell me a very long story.", { temperature: 0.8, maxTokens: 100000, thinking: false });
+    // Screenshot: a reply with stats, a folded reasoning, an error.
+    await page.screenshot({ path: shot, fullPage: true });
+    const png = fs.readFileSync(shot);
+    assert.equal(png.subarray(1, 4).toString(), "PNG", "a PNG file");
+    assert.ok(png.length > 10000, `screenshot non-trivial: ${png.length} bytes`);
+    console.log(`screenshot: ${shot} (${png.length} bytes)`);
+
+    // --- Stop during a long reply: the UI returns to idle, the server cancels and stays healthy.
+    // The tiny model soon samples its end-of-turn token: the request gets the server's
+    // ignore_eos on its way (the page itself never sends it), and in a new chat at temperature 0
+    // the reply is the same long one every time (~900 tokens, > 1 s on 2 cores).
+    await page.route("**/v1/chat/completions", (route) => {
+      const body = JSON.parse(route.request().postData());
+      route.continue({ postData: JSON.stringify({ ...body, ignore_eos: true }) });
+    });
+    const before = await disconnects(server.url);
+    await page.click("#clear");
+    const fourth = await turn(page, "Tell me a very long story.", { temperature: 0, maxTokens: 3000, thinking: false });
     await page.waitForFunction(() => {
-      const m = document.querySelectorAll(".msg.assistant")[3];
+      const m = document.querySelectorAll(".msg.assistant")[0];
       const c = m && m.querySelector(".content");
       return c && c.textContent.length > 20;
     });
-    assert.equal(await page.getAttribute("body", "data-state"), "busy");
+    assert.equal(await page.getAttribute("body", "data-state"), "busy",
+                 "the long reply ended before Stop could be clicked: the test needs a longer reply");
     assert.equal(await page.isEnabled("#stop"), true, "Stop enabled while busy");
     await page.click("#stop");
     await page.waitForFunction(() => document.body.dataset.state === "idle", null, { timeout: 5000 });
@@ -119,14 +143,25 @@ async function main() {
     const stoppedLen = (await fourth.locator(".content").textContent()).length;
     await page.waitForTimeout(500);
     assert.equal((await fourth.locator(".content").textContent()).length, stoppedLen, "no text after Stop");
+    await page.unroute("**/v1/chat/completions");
     const health = await fetch(server.url + "/health");
     assert.equal(health.status, 200, "/health after Stop");
+    if (before !== null) {  // the server saw the disconnect (GET /metrics)
+      let after = before;
+      for (let i = 0; i < 40 && after === before; i++) {
+        await page.waitForTimeout(50);
+        after = await disconnects(server.url);
+      }
+      assert.equal(after, before + 1, "the server counted the Stop as a client disconnect");
+    } else {
+      console.log("note: /metrics has no client_disconnects_total; server-side cancel not checked");
+    }
 
     // --- the conversation goes on after Stop (history, including the stopped reply, is sent back)
     const fifth = await turn(page, "And then?", { maxTokens: 8 });
     await fifth.locator(".stats").waitFor();
     assert.equal(await fifth.locator(".error").count(), 0);
-    assert.equal(await page.locator(".msg.user").count(), 5);
+    assert.equal(await page.locator(".msg.user").count(), 2);
 
     // --- settings persist in localStorage (the API key field included)
     await page.fill("#api-key", "");
@@ -134,16 +169,15 @@ async function main() {
     assert.equal(await page.inputValue("#max-tokens"), "8");
     assert.equal(await page.isChecked("#thinking"), false);
 
-    // Screenshot of a fresh conversation (the reload cleared it): one short turn.
-    await (await turn(page, "Hello! Who are you?", { temperature: 0, maxTokens: 40 })).locator(".stats").waitFor();
-    await page.screenshot({ path: shot });
-    const png = fs.readFileSync(shot);
-    assert.equal(png.subarray(1, 4).toString(), "PNG", "a PNG file");
-    assert.ok(png.length > 10000, `screenshot non-trivial: ${png.length} bytes`);
-    console.log(`screenshot: ${shot} (${png.length} bytes)`);
-
     assert.deepEqual(problems, [], "no page errors, no outside requests");
     assert.equal((await fetch(server.url + "/health")).status, 200);
+  } catch (e) {
+    // What the page showed when it failed.
+    const failShot = shot.replace(/\.png$/, "") + "-failed.png";
+    await page.screenshot({ path: failShot }).catch(() => {});
+    console.error(`page at the failure: ${failShot}\n` +
+                  (await page.locator("#messages").innerText().catch(() => "?")).slice(-2000));
+    throw e;
   } finally {
     await browser.close();
     await server.stop();

@@ -132,7 +132,7 @@ def main():
         check(st == 404, f"unknown route → {st}")
 
         # A client that hangs up mid-stream: curl gives up after 1 s (exit 28) on a long reply.
-        long_req = dict(req, max_tokens=100000, temperature=0.8, stream=True)
+        long_req = dict(req, max_tokens=3000, ignore_eos=True, temperature=0.8, stream=True)
         rc, st, hd, body = post_json(base + "/v1/chat/completions", long_req, "-N", "--max-time", "1")
         check(rc == 28 and st == 200 and len(sse_events(body)) >= 2,
               f"hang-up mid-stream: curl exit {rc}, HTTP {st}, {len(sse_events(body))} events before")
