@@ -118,8 +118,8 @@ async function main() {
 
     // --- Stop during a long reply: the UI returns to idle, the server cancels and stays healthy.
     // The tiny model soon samples its end-of-turn token: the request gets the server's
-    // ignore_eos on its way (the page itself never sends it), and in a new chat at temperature 0
-    // the reply is the same long one every time (~900 tokens, > 1 s on 2 cores).
+    // ignore_eos on its way (the page itself never sends it), so the greedy reply runs to its
+    // 3000 tokens (seconds on 2 cores) unless stopped.
     await page.route("**/v1/chat/completions", (route) => {
       const body = JSON.parse(route.request().postData());
       route.continue({ postData: JSON.stringify({ ...body, ignore_eos: true }) });
