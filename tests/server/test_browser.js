@@ -45,7 +45,8 @@ async function main() {
   if (!fs.existsSync(CHROMIUM)) skip(`no Chromium at ${CHROMIUM} (apt package 'chromium')`);
   const { chromium } = await importOrSkip("playwright-core");
 
-  const server = await startServer(bin);
+  const KEY = "sk-browser-test";
+  const [server, keyed] = await Promise.all([startServer(bin), startServer(bin, ["--api-key", KEY])]);
   const browser = await chromium.launch({
     executablePath: CHROMIUM, headless: true, args: ["--no-sandbox", "--disable-gpu"],
   });
@@ -55,11 +56,13 @@ async function main() {
     page.setDefaultTimeout(STEP_MS);
     page.on("pageerror", (e) => problems.push("page error: " + e.message));
     page.on("console", (m) => {
-      // Chromium logs every non-2xx fetch ("Failed to load resource"): the 400 below is expected.
-      if (m.type() === "error" && !/Failed to load resource.*400/.test(m.text())) problems.push("console error: " + m.text());
+      // Chromium logs every non-2xx fetch ("Failed to load resource"): the 400/401 below are expected.
+      if (m.type() === "error" && !/Failed to load resource.*40[01]/.test(m.text())) problems.push("console error: " + m.text());
     });
     page.on("request", (r) => {
-      if (!r.url().startsWith(server.url + "/")) problems.push("request outside the server: " + r.url());
+      if (!r.url().startsWith(server.url + "/") && !r.url().startsWith(keyed.url + "/")) {
+        problems.push("request outside the server: " + r.url());
+      }
     });
 
     // --- the page loads, idle, with the model name from /v1/models
@@ -169,6 +172,20 @@ async function main() {
     assert.equal(await page.inputValue("#max-tokens"), "8");
     assert.equal(await page.isChecked("#thinking"), false);
 
+    // --- a server with --api-key: 401 shown until the key is entered, then the Bearer key works
+    await page.goto(keyed.url + "/");
+    await page.waitForFunction(() => /401/.test(document.getElementById("model-name").textContent));
+    const denied = await turn(page, "Hello?", { temperature: 0, maxTokens: 8 });
+    await denied.locator(".error").waitFor();
+    assert.match(await denied.locator(".error").textContent(), /^Error 401 unauthorized/);
+    await page.fill("#api-key", KEY);
+    await page.locator("#api-key").dispatchEvent("change");
+    await page.waitForFunction(() => !/401|…/.test(document.getElementById("model-name").textContent));
+    const allowed = await turn(page, "Hello?");
+    await allowed.locator(".stats").waitFor();
+    assert.equal(await allowed.locator(".error").count(), 0);
+    assert.equal(await page.evaluate(() => localStorage.getItem("nemotron.apiKey")), KEY, "key kept in localStorage");
+
     assert.deepEqual(problems, [], "no page errors, no outside requests");
     assert.equal((await fetch(server.url + "/health")).status, 200);
   } catch (e) {
@@ -180,7 +197,7 @@ async function main() {
     throw e;
   } finally {
     await browser.close();
-    await server.stop();
+    await Promise.all([server.stop(), keyed.stop()]);
   }
   console.log("browser test: ok");
 }
