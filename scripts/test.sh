@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+scripts/install-server-test-deps.sh  # test-only: chromium, curl, npm deps of tests/server/js
 jobs=${NEMOTRON_JOBS:-$(nproc)}
 
 echo "== release build"

@@ -20,6 +20,7 @@
 #include "model/dflash.h"
 #include "model/nemotron_h.h"
 #include "speculative/dflash_drafter.h"
+#include "text/text_session.h"
 
 namespace nemo::cli {
 
@@ -76,7 +77,7 @@ std::vector<Command> make_generate_commands() {
     auto dir = resolve_model_dir(f.model);
     auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = f.fp8_static,
                                                 .kv_dtype = model::parse_kv_dtype(f.kv_cache)});
-    TextSession text(dir->path, m->config().vocab_size, ro->stop);
+    text::TextSession text(dir->path, m->config().vocab_size, ro->stop);
     engine::GenerateRequest req;
     if (!ro->ids.empty()) req.prompt = parse_ids(ro->ids);
     else req.prompt = text.encode(ro->prompt.empty() ? std::string("Hello") : ro->prompt);

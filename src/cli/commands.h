@@ -40,7 +40,8 @@ struct GenerationFlags {
   uint64_t seed = 0;
   std::string spec = "auto", kv_cache = "f32", draft;
   bool fp8_static = false, tap_last_post_norm = false;
-  void add_to(CLI::App* s);
+  void add_to(CLI::App* s);        // everything below
+  void add_model_to(CLI::App* s);  // model, threads, speculation, KV cache (no sampling): serve
   // The --draft drafter paired with `target` (validated), or null.
   std::unique_ptr<model::DFlashModel> load_draft(const model::NemotronH& target) const;
 };
@@ -55,24 +56,5 @@ struct ModelDir {
   ~ModelDir();
 };
 std::unique_ptr<ModelDir> resolve_model_dir(const std::string& model);
-
-// Text in and out for a model directory: its tokenizer.json when present, else a byte-level
-// fallback (one token per byte; output kept valid UTF-8). Streams with stop strings.
-class TextSession {
- public:
-  TextSession(const std::string& model_dir, int64_t vocab, std::vector<std::string> stop = {});
-  ~TextSession();
-  bool has_tokenizer() const;
-  std::vector<int32_t> encode(const std::string& text) const;  // raw text, special tokens parsed
-  std::string push(int32_t token);  // text that became final
-  std::string finish();             // flush at the end of a stream; resets for the next one
-  bool stopped() const;
-  std::vector<int32_t> stop_token_ids() const;  // the tokenizer's EOS (chat end-of-turn), if any
-  const void* tokenizer() const;                // nemo::text::Tokenizer*, or null
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
 
 }  // namespace nemo::cli

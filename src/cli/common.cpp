@@ -17,11 +17,12 @@ std::vector<Command> make_generate_commands();
 std::vector<Command> make_bench_command();
 std::vector<Command> make_inspect_command();
 std::vector<Command> make_chat_command();
+std::vector<Command> make_serve_command();
 
 std::vector<Command> all_commands() {
   std::vector<Command> v;
   for (auto* mk : {&make_synth_command, &make_generate_commands, &make_bench_command, &make_inspect_command,
-                    &make_chat_command})
+                    &make_chat_command, &make_serve_command})
     for (auto& c : (*mk)()) v.push_back(std::move(c));
   return v;
 }
@@ -42,7 +43,7 @@ CLI::Validator in_range(double lo, double hi) {
 CLI::Validator threads_range() { return in_range(0, 1024); }
 
 void GenerationFlags::add_to(CLI::App* s) {
-  s->add_option("-m,--model", model, "Model directory (default: the embedded tiny model)");
+  add_model_to(s);
   s->add_option("-n,--max-tokens", max_tokens, "Tokens to generate (per reply)")
       ->check(in_range(1, 1 << 30))
       ->capture_default_str();
@@ -51,6 +52,10 @@ void GenerationFlags::add_to(CLI::App* s) {
   s->add_option("--top-p", top_p, "Top-p (1 = off)")->check(in_range(0, 1));
   s->add_option("--min-p", min_p, "Min-p (0 = off)")->check(in_range(0, 1));
   s->add_option("--seed", seed, "Sampling seed")->capture_default_str();
+}
+
+void GenerationFlags::add_model_to(CLI::App* s) {
+  s->add_option("-m,--model", model, "Model directory (default: the embedded tiny model)");
   s->add_option("-t,--threads", threads, "Threads (default: all cores)")->check(threads_range());
   s->add_option("--spec", spec,
                 "Speculative decoding: auto (the --draft drafter, else MTP if present) | mtp | dflash | dspark | "
