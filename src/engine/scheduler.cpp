@@ -103,6 +103,13 @@ void fill_logprobs(std::span<const float> row, int n, TokenOut& t) {
     t.top.emplace_back(ids[i], float(double(row[size_t(ids[i])]) - lse));
 }
 
+// The external drafter a Generator in `mode` is given: the loaded one for the modes that use it
+// (Auto picks it when present), none otherwise (Generator refuses a drafter it cannot use).
+const model::DFlashModel* drafter_for(SpecMode mode, const model::DFlashModel* loaded) {
+  const bool uses = mode == SpecMode::Auto || mode == SpecMode::DFlash || mode == SpecMode::DSpark;
+  return uses ? loaded : nullptr;
+}
+
 }  // namespace
 
 struct Scheduler::Impl {
@@ -175,9 +182,8 @@ struct Scheduler::Impl {
   // A new request's Generator, resuming from the longest exact cached prefix of its prompt.
   void start(Job& j) {
     const SpecMode mode = j.req.spec.value_or(opt.spec);
-    const bool external = mode == SpecMode::DFlash || mode == SpecMode::DSpark;
     j.gen = std::make_unique<Generator>(m, opt.threads, mode, opt.draft_max,
-                                        external ? opt.drafter : nullptr);
+                                        drafter_for(mode, opt.drafter));
     GenerateRequest g;
     g.prompt = j.req.prompt;
     g.max_tokens = j.req.max_tokens;
@@ -305,10 +311,7 @@ struct Scheduler::Impl {
 Scheduler::Scheduler(const model::NemotronH& m, SchedulerOptions opt) : m_(m), opt_(std::move(opt)) {
   // Resolve Auto once, the way Generator does (and fail early on an impossible mode).
   Generator probe(m_, opt_.threads, opt_.spec, opt_.draft_max,
-                  opt_.spec == SpecMode::Auto || opt_.spec == SpecMode::DFlash ||
-                          opt_.spec == SpecMode::DSpark
-                      ? opt_.drafter
-                      : nullptr);
+                  drafter_for(opt_.spec, opt_.drafter));
   default_spec_ = probe.mode();
   opt_.spec = default_spec_;
   impl_ = std::make_unique<Impl>(m_, opt_);
