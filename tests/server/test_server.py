@@ -487,18 +487,30 @@ def test_auth():
 def test_queue_and_drain():
     s = Server("--max-active", "1", "--max-queue", "1", "-c", "0")
     try:
-        results = []
         long = {"prompt": "long", "max_tokens": 1500, "temperature": 0, "speculation": "none", "ignore_eos": True}
-
-        def fire():
-            results.append(s.post("/v1/completions", long)[0])
-
-        ts = [threading.Thread(target=fire) for _ in range(4)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        check("429 when the queue is full", results.count(429) >= 1 and results.count(200) >= 2, results)
+        # Deterministic fill: A is decoding (its first chunk arrived), B is waiting (seen on /metrics);
+        # only then must C be refused. Firing all three at once races the worker's admission.
+        a = s.conn()
+        a.request("POST", "/v1/completions", body=json.dumps({**long, "max_tokens": 100000, "stream": True}),
+                  headers={"Content-Type": "application/json"})
+        ra = a.getresponse()
+        ra.readline()
+        results = []
+        tb = threading.Thread(target=lambda: results.append(s.post("/v1/completions", long)[0]))
+        tb.start()
+        waiting = 0
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            waiting = ((s.metrics() or {}).get("samples") or {}).get("nemotron:num_requests_waiting", 0)
+            if waiting >= 1:
+                break
+            time.sleep(0.01)
+        check("second request waits", waiting == 1, waiting)
+        st_c, _ = s.post("/v1/completions", long)
+        a.close()  # disconnect cancels A, so B gets the slot
+        tb.join()
+        results.append(st_c)
+        check("429 when the queue is full", results == [200, 429], results)
         st, body = s.request("POST", "/v1/completions", body=long)
         check("serving after 429", st == 200)
 
