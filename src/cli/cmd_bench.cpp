@@ -2,6 +2,7 @@
 // (verify-width cost curve, rollback cost, speedup per drafter and γ), measured side by side.
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -22,6 +23,7 @@
 #include "speculative/dflash_drafter.h"
 #include "speculative/drafter.h"
 #include "speculative/mtp_drafter.h"
+#include "text/text_session.h"
 
 namespace nemo::cli {
 
@@ -67,6 +69,7 @@ std::vector<int> parse_list(const std::string& s) {
 struct BenchOpts {
   std::string model, spec = "none", gammas = "1,2,3,4,5,6,7", kv_cache = "f32", draft;
   std::string concurrency, serve_spec = "none,auto";
+  std::vector<std::string> prompt_files;
   int64_t prompt = 128, gen = 32;
   int threads = 0, reps = 1;
   bool json = false, membw = false, verify_curve = false;
@@ -109,7 +112,8 @@ struct Bench {
   const model::NemotronH& m;
   const model::DFlashModel* draft;
   ThreadConfig tc;
-  std::vector<int32_t> prompt;
+  std::vector<int32_t> prompt;                // the plain-speed prompt (random, or the first file)
+  std::vector<std::vector<int32_t>> prompts;  // --prompt-file texts, tokenized
   Rng rng{42};
   nlohmann::json j;
   size_t state_bytes = 0;
@@ -255,8 +259,9 @@ struct Bench {
     fail("--spec '{}': expected none, ngram, mtp, oracle, wrong, draft, draft-oracle or all", kind);
   }
 
-  // Speculative decoding per drafter and γ, side by side with plain decoding of the same prompt;
-  // every run must emit exactly the plain tokens.
+  // Speculative decoding per drafter and γ, side by side with plain decoding of the same prompts
+  // (every --prompt-file, else the random prompt); every run must emit exactly the plain tokens.
+  // Speeds and acceptance are totals over all prompts.
   void speculation() {
     std::vector<std::string> kinds;
     if (o.spec == "all") {
@@ -268,35 +273,59 @@ struct Bench {
       std::string k;
       while (std::getline(ss, k, ',')) kinds.push_back(k);
     }
-    const auto req = request(std::max<int64_t>(2, o.gen));
-    std::vector<int32_t> script;
-    engine::Generator plain_gen(m, tc);
-    plain_gen.generate(req, [](int32_t) { return true; });  // warm-up
-    const double t0 = now_seconds();
-    const auto plain = plain_gen.generate(req, [&](int32_t t) {
-      script.push_back(t);
-      return true;
-    });
-    const double plain_s = now_seconds() - t0 - plain.prefill_seconds;
-    const double plain_tps = double(plain.generated_tokens - 1) / plain_s;
+    const std::vector<int> gammas = parse_list(o.gammas);
+    struct Total {
+      speculative::SpecStats s;
+      double secs = 0;
+      bool same = true;
+    };
+    std::vector<Total> tot(kinds.size() * gammas.size());
+    double plain_s = 0;
+    int64_t plain_tokens = 0;
+    const auto& ps = prompts.empty() ? std::vector<std::vector<int32_t>>{prompt} : prompts;
+    for (size_t pi = 0; pi < ps.size(); ++pi) {
+      engine::GenerateRequest req;  // greedy, no stop tokens
+      req.prompt = ps[pi];
+      req.max_tokens = std::max<int64_t>(2, o.gen);
+      std::vector<int32_t> script;
+      engine::Generator plain_gen(m, tc);
+      if (pi == 0) plain_gen.generate(req, [](int32_t) { return true; });  // warm-up
+      const double t0 = now_seconds();
+      const auto plain = plain_gen.generate(req, [&](int32_t t) {
+        script.push_back(t);
+        return true;
+      });
+      plain_s += now_seconds() - t0 - plain.prefill_seconds;
+      plain_tokens += plain.generated_tokens - 1;
+      for (size_t ki = 0; ki < kinds.size(); ++ki)
+        for (size_t gi = 0; gi < gammas.size(); ++gi) {
+          engine::Generator gen(m, tc, make_drafter(kinds[ki], script), gammas[gi]);
+          std::vector<int32_t> out;
+          const double t1 = now_seconds();
+          const auto s = gen.generate(req,
+                                      [&](int32_t t) {
+                                        out.push_back(t);
+                                        return true;
+                                      })
+                             .spec;
+          auto& t = tot[ki * gammas.size() + gi];
+          t.secs += now_seconds() - t1 - s.prefill_s;
+          t.s.add(s);
+          t.s.emitted -= 1;  // the first token comes from the prefill, as in plain_tokens
+          t.same = t.same && out == script;
+        }
+    }
+    const double plain_tps = double(plain_tokens) / plain_s;
     nlohmann::json runs = nlohmann::json::array();
     if (!o.json)
-      std::printf("spec       plain decoding %.2f tok/s (%lld tokens)\n", plain_tps,
-                  (long long)plain.generated_tokens);
-    for (const auto& kind : kinds) {
-      for (int g : parse_list(o.gammas)) {
-        engine::Generator gen(m, tc, make_drafter(kind, script), g);
-        std::vector<int32_t> out;
-        const double t1 = now_seconds();
-        const auto s = gen.generate(req,
-                                    [&](int32_t t) {
-                                      out.push_back(t);
-                                      return true;
-                                    })
-                           .spec;
-        const double secs = now_seconds() - t1 - s.prefill_s;
-        const double tps = double(s.emitted - 1) / secs;
-        const bool same = out == script;
+      std::printf("spec       plain decoding %.2f tok/s (%lld tokens, %zu prompt%s)\n", plain_tps,
+                  (long long)plain_tokens, ps.size(), ps.size() == 1 ? "" : "s");
+    for (size_t ki = 0; ki < kinds.size(); ++ki)
+      for (size_t gi = 0; gi < gammas.size(); ++gi) {
+        const auto& [s, secs, same] = tot[ki * gammas.size() + gi];
+        const auto& kind = kinds[ki];
+        const int g = gammas[gi];
+        const double tps = double(s.emitted) / secs;
         runs.push_back(
             {{"drafter", kind},
              {"gamma", g},
@@ -323,7 +352,6 @@ struct Bench {
         if (!same)
           fail("speculative output differs from plain decoding (drafter {}, gamma {})", kind, g);
       }
-    }
     j["spec_plain_tok_s"] = plain_tps;
     j["spec"] = runs;
   }
@@ -429,6 +457,10 @@ std::vector<Command> make_bench_command() {
     s->add_option("--draft", bo->draft,
                   "DFlash / DSpark drafter: --spec draft (the drafter) and draft-oracle (its cost, the oracle's "
                   "tokens: the speedup at 100% acceptance)");
+    s->add_option("--prompt-file", bo->prompt_files,
+                  "Text prompt(s) for --spec, tokenized with the model's tokenizer and cut to --prompt-tokens "
+                  "(repeatable; totals over all; default: one random prompt)")
+        ->check(CLI::ExistingFile);
     s->add_option("--concurrency", bo->concurrency,
                   "Serving sweep: the scheduler with these many requests decoding together "
                   "(comma list, e.g. 1,2,4,8,16)");
@@ -449,10 +481,25 @@ std::vector<Command> make_bench_command() {
     if (!bo->draft.empty()) draft = model::DFlashModel::load(bo->draft, *m);
     Bench b{*bo,         *m,
             draft.get(), ThreadConfig{bo->threads > 0 ? bo->threads : default_thread_count()},
-            {},          Rng{42},
-            {}};
+            {},          {},
+            Rng{42},     {}};
     b.prompt.resize(size_t(std::max<int64_t>(1, bo->prompt)));
     for (auto& t : b.prompt) t = int32_t(b.rng.next() % uint64_t(m->config().vocab_size));
+    if (!bo->prompt_files.empty()) {
+      const text::TextCodec codec(dir->path, m->config().vocab_size);
+      if (!codec.has_tokenizer()) fail("--prompt-file: {} has no tokenizer.json", dir->path);
+      for (const auto& f : bo->prompt_files) {
+        std::ifstream in(f, std::ios::binary);
+        if (!in) fail("--prompt-file {}: cannot read", f);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        auto ids = codec.encode(ss.str());
+        if (ids.empty()) fail("--prompt-file {}: no tokens", f);
+        if (int64_t(ids.size()) > bo->prompt) ids.resize(size_t(bo->prompt));  // the first --prompt-tokens
+        b.prompts.push_back(std::move(ids));
+      }
+      b.prompt = b.prompts[0];
+    }
     b.j = {{"model", dir->path},
            {"layers", m->config().pattern()},
            {"threads", b.tc.n_threads},

@@ -125,44 +125,7 @@ def make_tensors(cfg, seed=0):
 # independent chunked SSD (nemotron_h.md §3.6)
 # ----------------------------------------------------------------------------------------------------------
 
-def ssd_chunked(x, dt, A, B, C, D, S0, hpg, Q):
-    """Chunked SSD. x [T,NH,P], dt [T,NH], A [NH], B/C [T,G,N], D [NH], S0 [NH,P,N]. Returns y, S_final.
-
-    Per chunk, per head: a_t = dt_t*A, u_t = dt_t*x_t, seg(i,j) = Σ_{j<k<=i} a_k (computed directly,
-    not as a difference of cumulative sums);
-      Y_diag[i] = Σ_{j<=i} (C_i·B_j) exp(seg(i,j)) u_j
-      Y_off[i]  = exp(Σ_{k<=i} a_k) (C_i · H_in)
-      H_out     = exp(Σ_all a) H_in + Σ_j exp(seg(last,j)) u_j ⊗ B_j
-    """
-    T, NH, P = x.shape
-    Bh = B.repeat_interleave(hpg, dim=1)       # [T, NH, N]
-    Ch = C.repeat_interleave(hpg, dim=1)
-    Hs = S0.clone()
-    ys = []
-    for c0 in range(0, T, Q):
-        c1 = min(T, c0 + Q)
-        L = c1 - c0
-        a = (dt[c0:c1] * A[None, :]).t()                    # [NH, L]
-        u = dt[c0:c1, :, None] * x[c0:c1]                   # [L, NH, P]
-        # seg[h,i,j] = sum_{k=j+1..i} a[h,k] for j<=i, -inf above the diagonal
-        am = a[:, None, :].expand(NH, L, L).clone()         # am[h, i, k] = a[h, k]
-        kk = torch.arange(L)
-        ii = kk[:, None]
-        # for row i keep entries k <= i, then cumulative sum from the right gives sum_{k=j..i}; shift by one
-        am = am.masked_fill((kk[None, :] > ii)[None], 0.0)
-        rev = torch.flip(torch.cumsum(torch.flip(am, dims=[2]), dim=2), dims=[2])   # sum_{k=j..L-1, k<=i}
-        seg = rev - am                                      # sum_{k=j+1..i}
-        seg = seg.masked_fill((kk[None, :] > ii)[None], float("-inf"))
-        decay = torch.exp(seg)                              # [NH, L(i), L(j)]
-        cb = torch.einsum("ihn,jhn->hij", Ch[c0:c1], Bh[c0:c1])   # C_i·B_j
-        y_diag = torch.einsum("hij,jhp->ihp", cb * decay, u)
-        cs_in = torch.exp(torch.cumsum(a, dim=1))           # exp(sum_{k<=i} a_k)  [NH, L]
-        y_off = torch.einsum("ihn,hpn->ihp", Ch[c0:c1], Hs) * cs_in.t()[:, :, None]
-        ys.append(y_diag + y_off + D[None, :, None] * x[c0:c1])
-        last = seg[:, L - 1, :]                             # [NH, L(j)] = sum_{k=j+1..L-1}
-        Hs = torch.exp(a.sum(dim=1))[:, None, None] * Hs + \
-            torch.einsum("hj,jhp,jhn->hpn", torch.exp(last), u, Bh[c0:c1])
-    return torch.cat(ys, 0), Hs
+ssd_chunked = ref.ssm_scan_chunked  # moved into the reference (training uses it); still checked here
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -314,15 +277,13 @@ class SelfCheck(unittest.TestCase):
         """Whole-model logits with the SSD chunked scan (chunk 128) substituted: 140 tokens cross the boundary."""
         m = self.model
         ids = [int(v) for v in np.random.default_rng(9).integers(0, m.cfg.V, size=140)]
-        orig = ref.ssm_scan_sequential
         with torch.no_grad():
             a = m.forward(ids, m.new_state()).numpy()
             try:
-                ref.ssm_scan_sequential = lambda x, dt, A, B, C, D, S0, hpg: ssd_chunked(x, dt, A, B, C, D, S0,
-                                                                                          hpg, 128)
+                m.scan_chunk = 128
                 b = m.forward(ids, m.new_state()).numpy()
             finally:
-                ref.ssm_scan_sequential = orig
+                m.scan_chunk = None
         self.assertLessEqual(rel_err(b, a), 1e-5)
 
     # (c)

@@ -267,6 +267,47 @@ def ssm_scan_sequential(x, dt, A, B, C, D, S0, heads_per_group):
     return torch.stack(ys, 0), S
 
 
+def ssm_scan_chunked(x, dt, A, B, C, D, S0, hpg, Q):
+    """The same recurrence in the chunked SSD form (nemotron_h.md §3.6): vectorised and differentiable, so
+    tools/train trains through it; equal to ssm_scan_sequential up to rounding (test_reference_selfcheck). x [T,NH,P], dt [T,NH], A [NH], B/C [T,G,N], D [NH], S0 [NH,P,N]. Returns y, S_final.
+
+    Per chunk, per head: a_t = dt_t*A, u_t = dt_t*x_t, seg(i,j) = Σ_{j<k<=i} a_k (computed directly,
+    not as a difference of cumulative sums);
+      Y_diag[i] = Σ_{j<=i} (C_i·B_j) exp(seg(i,j)) u_j
+      Y_off[i]  = exp(Σ_{k<=i} a_k) (C_i · H_in)
+      H_out     = exp(Σ_all a) H_in + Σ_j exp(seg(last,j)) u_j ⊗ B_j
+    """
+    T, NH, P = x.shape
+    Bh = B.repeat_interleave(hpg, dim=1)       # [T, NH, N]
+    Ch = C.repeat_interleave(hpg, dim=1)
+    Hs = S0.clone()
+    ys = []
+    for c0 in range(0, T, Q):
+        c1 = min(T, c0 + Q)
+        L = c1 - c0
+        a = (dt[c0:c1] * A[None, :]).t()                    # [NH, L]
+        u = dt[c0:c1, :, None] * x[c0:c1]                   # [L, NH, P]
+        # seg[h,i,j] = sum_{k=j+1..i} a[h,k] for j<=i, -inf above the diagonal
+        am = a[:, None, :].expand(NH, L, L).clone()         # am[h, i, k] = a[h, k]
+        kk = torch.arange(L)
+        ii = kk[:, None]
+        # for row i keep entries k <= i, then cumulative sum from the right gives sum_{k=j..i}; shift by one
+        am = am.masked_fill((kk[None, :] > ii)[None], 0.0)
+        rev = torch.flip(torch.cumsum(torch.flip(am, dims=[2]), dim=2), dims=[2])   # sum_{k=j..L-1, k<=i}
+        seg = rev - am                                      # sum_{k=j+1..i}
+        seg = seg.masked_fill((kk[None, :] > ii)[None], float("-inf"))
+        decay = torch.exp(seg)                              # [NH, L(i), L(j)]
+        cb = torch.einsum("ihn,jhn->hij", Ch[c0:c1], Bh[c0:c1])   # C_i·B_j
+        y_diag = torch.einsum("hij,jhp->ihp", cb * decay, u)
+        cs_in = torch.exp(torch.cumsum(a, dim=1))           # exp(sum_{k<=i} a_k)  [NH, L]
+        y_off = torch.einsum("ihn,hpn->ihp", Ch[c0:c1], Hs) * cs_in.t()[:, :, None]
+        ys.append(y_diag + y_off + D[None, :, None] * x[c0:c1])
+        last = seg[:, L - 1, :]                             # [NH, L(j)] = sum_{k=j+1..L-1}
+        Hs = torch.exp(a.sum(dim=1))[:, None, None] * Hs + \
+            torch.einsum("hj,jhp,jhn->hpn", torch.exp(last), u, Bh[c0:c1])
+    return torch.cat(ys, 0), Hs
+
+
 def topk_lowest_index(scores, k):
     """Indices of the k largest entries per row; ties broken towards the lowest index. scores: [T, E]."""
     _, idx = torch.sort(scores, dim=-1, descending=True, stable=True)
@@ -332,6 +373,7 @@ class NemotronH:
         self.fp8 = {k: (wq.to(dtype), ws, xs) for k, (wq, ws, xs) in (fp8_static or {}).items()}
         self.fp8_stats = {}   # weight name -> [activations quantized, of which clamped at +-448]
         self.v = frozenset(variants)
+        self.scan_chunk = None   # None: sequential scan (the oracle); Q: chunked SSD with chunk Q (training)
         self.route_gaps = None   # set to a list to record (layer prefix, min top-k selection margin) per call
         unknown = self.v - set(self.VARIANTS)
         if unknown:
@@ -400,6 +442,12 @@ class NemotronH:
     def new_state(self):
         return State(self.cfg.L)
 
+    def _scan(self, x, dt, A, B, C, D, S0, hpg):
+        """The reference's sequential scan; with scan_chunk = Q set, the chunked SSD form (for training)."""
+        if self.scan_chunk:
+            return ssm_scan_chunked(x, dt, A, B, C, D, S0, hpg, self.scan_chunk)
+        return ssm_scan_sequential(x, dt, A, B, C, D, S0, hpg)
+
     # -- mixers ------------------------------------------------------------------------------------------
 
     def mamba(self, i, hn, ls):
@@ -447,9 +495,9 @@ class NemotronH:
         if "head_group_mod" in self.v:   # reorder B/C groups so repeat_interleave yields group h % G
             B = B[:, [h % c.G for h in range(c.NH)]]
             C = C[:, [h % c.G for h in range(c.NH)]]
-            y, ls.ssm = ssm_scan_sequential(x, dt, A, B, C, D, ls.ssm, 1)
+            y, ls.ssm = self._scan(x, dt, A, B, C, D, ls.ssm, 1)
         else:
-            y, ls.ssm = ssm_scan_sequential(x, dt, A, B, C, D, ls.ssm, c.NH // c.G)
+            y, ls.ssm = self._scan(x, dt, A, B, C, D, ls.ssm, c.NH // c.G)
         y = y.reshape(T, c.DI)
         nw = self.W(p + "norm.weight")
         if "norm_plus_one" in self.v:
