@@ -18,11 +18,12 @@ std::vector<Command> make_bench_command();
 std::vector<Command> make_inspect_command();
 std::vector<Command> make_chat_command();
 std::vector<Command> make_serve_command();
+std::vector<Command> make_tokenizer_commands();
 
 std::vector<Command> all_commands() {
   std::vector<Command> v;
   for (auto* mk : {&make_synth_command, &make_generate_commands, &make_bench_command, &make_inspect_command,
-                    &make_chat_command, &make_serve_command})
+                    &make_chat_command, &make_serve_command, &make_tokenizer_commands})
     for (auto& c : (*mk)()) v.push_back(std::move(c));
   return v;
 }
