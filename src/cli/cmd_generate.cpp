@@ -49,6 +49,40 @@ class AtomicOut {
   std::ofstream f_;
 };
 
+// `run --vs-plain`: the same request decoded again without speculation, side by side. Greedy
+// speculation promises the plain tokens bit for bit; sampled speculation promises the plain
+// distribution, not the same draws, so only the speed is compared then.
+int compare_with_plain(const model::NemotronH& m, ThreadConfig tc, const engine::GenerateRequest& req,
+                       const engine::Generator& spec_gen, const engine::GenerateStats& spec,
+                       const std::vector<int32_t>& spec_tokens) {
+  const char* mode = engine::spec_mode_name(spec_gen.mode());
+  if (spec_gen.mode() == engine::SpecMode::None) {
+    std::fprintf(stderr, "--vs-plain: no speculation was used (--spec none, or nothing to draft with)\n");
+    return 0;
+  }
+  engine::Generator plain(m, tc, engine::SpecMode::None);
+  std::vector<int32_t> plain_tokens;
+  const auto p = plain.generate(req, [&](int32_t t) {
+    plain_tokens.push_back(t);
+    return true;
+  });
+  auto tps = [](const engine::GenerateStats& r) {
+    return r.generated_tokens > 1 ? double(r.generated_tokens - 1) / r.decode_seconds : 0.0;
+  };
+  std::fprintf(stderr, "speculation %s (draft-max %d): accept length %.2f, %.0f%% of drafts accepted; %.1f tok/s vs "
+                       "%.1f tok/s plain: %.2fx\n",
+               mode, spec_gen.draft_max(), spec.spec.mean_accept_length(), 100.0 * spec.spec.acceptance_rate(),
+               tps(spec), tps(p), tps(p) > 0 ? tps(spec) / tps(p) : 0.0);
+  if (!req.sampling.greedy()) {
+    std::fprintf(stderr, "sampled: speculation keeps the target's distribution, not the same draws (not compared)\n");
+    return 0;
+  }
+  const bool same = plain_tokens == spec_tokens;
+  std::fprintf(stderr, "greedy output identical to plain decoding: %s (%zu tokens)\n", same ? "yes, bitwise" : "NO",
+               spec_tokens.size());
+  return same ? 0 : 1;
+}
+
 std::vector<Command> make_generate_commands() {
   std::vector<Command> v(2);
 
@@ -57,7 +91,7 @@ std::vector<Command> make_generate_commands() {
     GenerationFlags g;
     std::string prompt, ids;
     std::vector<std::string> stop;
-    bool stats = false, ignore_eos = false, spec_stats = false;
+    bool stats = false, ignore_eos = false, spec_stats = false, vs_plain = false;
   };
   auto ro = std::make_shared<RunOpts>();
   v[0].attach_fn = [ro, sub = v[0].sub](CLI::App& app) {
@@ -69,6 +103,9 @@ std::vector<Command> make_generate_commands() {
     s->add_flag("--stats", ro->stats, "Print timing to stderr");
     s->add_flag("--ignore-eos", ro->ignore_eos, "Do not stop at EOS tokens");
     s->add_flag("--spec-stats", ro->spec_stats, "Print speculative-decoding telemetry to stderr");
+    s->add_flag("--vs-plain", ro->vs_plain,
+                "Then decode again without speculation: print the speedup and (greedy) check the output is "
+                "bitwise the same; exit 1 if not");
     s->get_option("--prompt")->excludes("--ids");
     *sub = s;
   };
@@ -88,7 +125,15 @@ std::vector<Command> make_generate_commands() {
     const auto draft = f.load_draft(*m);
     engine::Generator g(*m, threads_of(f.threads), engine::parse_spec_mode(f.spec), f.draft_max, draft.get());
     const bool as_ids = !ro->ids.empty();
+    if (ro->vs_plain) {  // both sides timed warm: page in the weights and the drafter first
+      auto w = req;
+      w.max_tokens = 2;
+      g.generate(w, [](int32_t) { return true; });
+      engine::Generator(*m, threads_of(f.threads)).generate(w, [](int32_t) { return true; });
+    }
+    std::vector<int32_t> out_tokens;
     auto s = g.generate(req, [&](int32_t tok) {
+      out_tokens.push_back(tok);
       if (as_ids) {
         std::printf("%d ", tok);
         std::fflush(stdout);
@@ -109,6 +154,7 @@ std::vector<Command> make_generate_commands() {
       std::fprintf(stderr, "spec: drafter %s, draft-max %d\n", engine::spec_mode_name(g.mode()), g.draft_max());
       std::fputs(s.spec.summary().c_str(), stderr);
     }
+    if (ro->vs_plain) return compare_with_plain(*m, threads_of(f.threads), req, g, s, out_tokens);
     return 0;
   };
 
