@@ -10,6 +10,9 @@ namespace nemo::model {
 class NemotronH;
 class DFlashModel;
 }  // namespace nemo::model
+namespace nemo::synth {
+struct SynthOptions;
+}  // namespace nemo::synth
 
 namespace nemo::cli {
 
@@ -44,6 +47,34 @@ struct GenerationFlags {
   void add_model_to(CLI::App* s);  // model, threads, speculation, KV cache (no sampling): serve
   // The --draft drafter paired with `target` (validated), or null.
   std::unique_ptr<model::DFlashModel> load_draft(const model::NemotronH& target) const;
+};
+
+// Progress of a checkpoint writer on stderr ("LABEL:  42%  0.10 / 0.24 GB  tensor"): one updating
+// line on a terminal, a line per 10% in logs. finish() ends the terminal line.
+class WriteProgress {
+ public:
+  explicit WriteProgress(std::string label);
+  std::function<void(const std::string&, uint64_t done, uint64_t total)> callback();
+  void finish() const;
+
+ private:
+  std::string label_;
+  bool tty_;
+  std::shared_ptr<int> last_pct_ = std::make_shared<int>(-1);
+};
+
+// Output options of the checkpoint writers (synth, convert): --format, --dtype, --mlx-group,
+// --no-mtp, --shard-gb, --threads, --quiet. `options` turns them into synth's writer options,
+// with `progress` (labelled by the command) unless --quiet.
+struct WriterFlags {
+  std::string format, dtype = "bf16";
+  int mlx_group = 64, threads = 0;
+  bool no_mtp = false, quiet = false;
+  double shard_gb = 4.0;
+  CLI::Option* format_option = nullptr;  // its count() tells whether --format was given
+  void add_to(CLI::App* s, const std::string& format_default, const std::string& format_help,
+              const std::string& no_mtp_help);
+  synth::SynthOptions options(WriteProgress& progress) const;
 };
 
 // Shared helpers

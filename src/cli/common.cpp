@@ -1,11 +1,12 @@
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
-#include <cmath>
-
 #include "base/error.h"
+#include "base/threads.h"
 #include "cli/commands.h"
 #include "model/dflash.h"
 #include "tools/synth/synth.h"
@@ -13,6 +14,7 @@
 namespace nemo::cli {
 
 std::vector<Command> make_synth_command();
+std::vector<Command> make_convert_command();
 std::vector<Command> make_generate_commands();
 std::vector<Command> make_bench_command();
 std::vector<Command> make_inspect_command();
@@ -22,8 +24,9 @@ std::vector<Command> make_tokenizer_commands();
 
 std::vector<Command> all_commands() {
   std::vector<Command> v;
-  for (auto* mk : {&make_synth_command, &make_generate_commands, &make_bench_command, &make_inspect_command,
-                    &make_chat_command, &make_serve_command, &make_tokenizer_commands})
+  for (auto* mk :
+       {&make_synth_command, &make_convert_command, &make_generate_commands, &make_bench_command,
+        &make_inspect_command, &make_chat_command, &make_serve_command, &make_tokenizer_commands})
     for (auto& c : (*mk)()) v.push_back(std::move(c));
   return v;
 }
@@ -77,6 +80,50 @@ void GenerationFlags::add_model_to(CLI::App* s) {
 std::unique_ptr<model::DFlashModel> GenerationFlags::load_draft(const model::NemotronH& target) const {
   if (draft.empty()) return nullptr;
   return model::DFlashModel::load(draft, target, {.tap_last_post_norm = tap_last_post_norm});
+}
+
+WriteProgress::WriteProgress(std::string label)
+    : label_(std::move(label)), tty_(isatty(fileno(stderr))) {}
+
+std::function<void(const std::string&, uint64_t, uint64_t)> WriteProgress::callback() {
+  return [label = label_, tty = tty_, last = last_pct_](const std::string& name, uint64_t done,
+                                                        uint64_t total) {
+    const int pct = total ? int(100.0 * double(done) / double(total)) : 100;
+    if (tty ? pct == *last : pct / 10 == *last / 10) return;
+    std::fprintf(stderr,
+                 tty ? "\r%s: %3d%%  %.2f / %.2f GB  %-60.60s" : "%s: %3d%%  %.2f / %.2f GB  %s\n",
+                 label.c_str(), pct, double(done) / 1e9, double(total) / 1e9, name.c_str());
+    *last = pct;
+  };
+}
+
+void WriteProgress::finish() const {
+  if (tty_ && *last_pct_ >= 0) std::fprintf(stderr, "\n");
+}
+
+void WriterFlags::add_to(CLI::App* s, const std::string& format_default,
+                         const std::string& format_help, const std::string& no_mtp_help) {
+  format = format_default;
+  format_option = s->add_option("--format", format, format_help)->capture_default_str();
+  s->add_option("--dtype", dtype, "bf16 | f16 | f32 (dense tensors)")->capture_default_str();
+  s->add_option("--mlx-group", mlx_group, "MLX affine group size (32, 64, 128)")
+      ->capture_default_str();
+  s->add_flag("--no-mtp", no_mtp, no_mtp_help);
+  s->add_option("--shard-gb", shard_gb, "Shard size in GiB")->capture_default_str();
+  s->add_option("--threads", threads, "Threads (default: all cores)")->check(threads_range());
+  s->add_flag("--quiet", quiet, "No progress output");
+}
+
+synth::SynthOptions WriterFlags::options(WriteProgress& progress) const {
+  synth::SynthOptions opt;
+  opt.format = synth::parse_synth_format(format);
+  opt.dtype = synth::parse_dense_dtype(dtype);
+  opt.mlx_group = mlx_group;
+  opt.mtp = !no_mtp;
+  opt.shard_bytes = uint64_t(shard_gb * double(1ull << 30));
+  opt.threads = threads > 0 ? threads : default_thread_count();
+  if (!quiet) opt.progress = progress.callback();
+  return opt;
 }
 
 std::vector<int32_t> parse_ids(const std::string& csv) {

@@ -296,17 +296,27 @@ std::string quote_nonfinite_literals(const std::string& in) {
   return out;
 }
 
-json read_config_json(const std::string& dir) {
+namespace {
+template <typename Json>
+Json parse_config_file(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
   std::ifstream f(path);
   if (!f) fail("{}: cannot open (is '{}' a model directory?)", path, dir);
   std::stringstream ss;
   ss << f.rdbuf();
   try {
-    return json::parse(quote_nonfinite_literals(ss.str()));
+    return Json::parse(quote_nonfinite_literals(ss.str()));
   } catch (const json::exception& e) {
     fail("{}: malformed JSON: {}", path, e.what());
   }
+}
+}  // namespace
+
+json read_config_json(const std::string& dir) {
+  return parse_config_file<json>(dir);
+}
+nlohmann::ordered_json read_config_json_ordered(const std::string& dir) {
+  return parse_config_file<nlohmann::ordered_json>(dir);
 }
 
 ModelConfig load_model_config(const std::string& dir) {

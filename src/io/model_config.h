@@ -60,6 +60,8 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
 std::string quote_nonfinite_literals(const std::string& json_text);
 // DIR/config.json as JSON (bare Infinity accepted); errors name the file.
 nlohmann::json read_config_json(const std::string& model_dir);
+// The same in the file's key order (a converter that keeps a config as written).
+nlohmann::ordered_json read_config_json_ordered(const std::string& model_dir);
 ModelConfig load_model_config(const std::string& model_dir);  // reads DIR/config.json
 // Writes the Hugging Face form (layers_block_type + the legacy pattern string).
 nlohmann::json model_config_to_json(const ModelConfig& c);

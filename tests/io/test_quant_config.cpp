@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../support/error_of.h"
 #include "base/error.h"
 #include "io/quant_config.h"
 
@@ -100,14 +101,7 @@ struct Store {
   }
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const nemo::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using nemo::test::error_of;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

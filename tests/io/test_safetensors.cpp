@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../support/error_of.h"
 #include "../support/temp_dir.h"
 #include "base/error.h"
 #include "io/safetensors.h"
@@ -22,14 +23,7 @@ void write_raw(const std::string& path, const std::string& header, const std::ve
   f.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size()));
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using nemo::test::error_of;
 
 }  // namespace
 

@@ -90,6 +90,11 @@ float draw(const Init& in, uint64_t& rng) {
   return v;
 }
 
+// The "dtype" / "torch_dtype" value of a Hugging Face config.json.
+const char* torch_dtype_name(DType dt) {
+  return dt == DType::F32 ? "float32" : dt == DType::F16 ? "float16" : "bfloat16";
+}
+
 void encode(DType dt, float v, uint8_t* out) {
   switch (dt) {
     case DType::F32: std::memcpy(out, &v, 4); break;
@@ -274,16 +279,29 @@ bool mlx_quantizes(const SynthTensor& t) {
          t.name.find("norm") == std::string::npos;
 }
 
-void require_divisible(const SynthTensor& t, int64_t by, const char* what) {
+void require_divisible(const SynthTensor& t, int64_t by, const char* what,
+                       const SynthOptions& opt) {
   if (t.shape.back() % by != 0)
-    fail("synth: {} needs the input width of '{}' ({}) to be a multiple of {}; use the tiny-q or lightning preset",
-         what, t.name, t.shape.back(), by);
+    fail("{}{} needs the input width of '{}' ({}) to be a multiple of {}{}",
+         opt.values ? "" : "synth: ", what, t.name, t.shape.back(), by,
+         opt.values ? "" : "; use the tiny-q or lightning preset");
+}
+
+// A logical tensor's f32 values: the caller's source (a converter), else synth's own.
+std::vector<float> values_of(const SynthTensor& t, const SynthOptions& opt) {
+  std::vector<float> v = opt.values ? opt.values(t) : logical_values(t, opt.seed, opt.threads);
+  if (v.size() != numel(t.shape))
+    fail("{}: the value source gave {} values for shape {}", t.name, v.size(),
+         io::shape_str(t.shape));
+  return v;
 }
 
 Unit dense_unit(const SynthTensor& t, const SynthOptions& opt, std::vector<int64_t> stored_shape = {}) {
   Unit u;
   u.out.push_back({t.name, t.dtype, stored_shape.empty() ? t.shape : stored_shape});
-  u.write = [t, &opt](io::SafetensorsWriter& w) { w.write(encode_all(logical_values(t, opt.seed, opt.threads), t.dtype)); };
+  u.write = [t, &opt](io::SafetensorsWriter& w) {
+    w.write(encode_all(values_of(t, opt), t.dtype));
+  };
   return u;
 }
 
@@ -311,7 +329,7 @@ kernels::Nvfp4Quantized quantize_nvfp4_par(const std::vector<float>& v, int64_t 
 }
 
 Unit nvfp4_unit(const SynthTensor& t, const SynthOptions& opt) {
-  require_divisible(t, 16, "NVFP4");
+  require_divisible(t, 16, "NVFP4", opt);
   const std::string m = module_of(t.name);
   const int64_t o = t.shape[0], i = t.shape[1];
   Unit u;
@@ -320,7 +338,7 @@ Unit nvfp4_unit(const SynthTensor& t, const SynthOptions& opt) {
   u.out = {{m + ".weight", DType::U8, {o, i / 2}}, {m + ".weight_scale", DType::F8_E4M3, {o, i / 16}},
            {m + ".weight_scale_2", DType::F32, {}}};
   u.write = [t, o, i, &opt](io::SafetensorsWriter& w) {
-    const auto q = quantize_nvfp4_par(logical_values(t, opt.seed, opt.threads), o, i, opt.threads);
+    const auto q = quantize_nvfp4_par(values_of(t, opt), o, i, opt.threads);
     w.write(q.packed);
     w.write(q.scales);
     w.write(f32_bytes(q.scale2));
@@ -337,7 +355,7 @@ Unit fp8_unit(const SynthTensor& t, const SynthOptions& opt) {
   u.out = {{m + ".weight", DType::F8_E4M3, {o, i}}, {m + ".weight_scale", DType::F32, {}},
            {m + ".input_scale", DType::F32, {}}};
   u.write = [t, o, i, &opt](io::SafetensorsWriter& w) {
-    const auto q = kernels::quantize_fp8(logical_values(t, opt.seed, opt.threads), o, i);
+    const auto q = kernels::quantize_fp8(values_of(t, opt), o, i);
     // Static activation scale: a calibrated amax/448 for RMS-normed inputs (|x| up to ~6).
     const float input_scale = 6.0f / 448.0f;
     w.write(q.data);
@@ -350,7 +368,7 @@ Unit fp8_unit(const SynthTensor& t, const SynthOptions& opt) {
 // MLX affine: one matrix, or E stacked experts (`members` = the per-expert logical tensors).
 Unit affine_unit(const std::string& module, const std::vector<SynthTensor>& members, int bits, const SynthOptions& opt) {
   const int g = opt.mlx_group;
-  for (const auto& t : members) require_divisible(t, g, "MLX affine");
+  for (const auto& t : members) require_divisible(t, g, "MLX affine", opt);
   const int64_t o = members[0].shape[0], i = members[0].shape[1], E = int64_t(members.size());
   const bool stacked = members.size() > 1 || members[0].name != module + ".weight";
   auto sh = [&](int64_t last) { return stacked ? std::vector<int64_t>{E, o, last} : std::vector<int64_t>{o, last}; };
@@ -361,7 +379,8 @@ Unit affine_unit(const std::string& module, const std::vector<SynthTensor>& memb
            {module + ".biases", DType::BF16, sh(i / g)}};
   u.write = [members, o, i, bits, g, &opt](io::SafetensorsWriter& w) {
     std::vector<kernels::AffineQuantized> qs;
-    for (const auto& t : members) qs.push_back(kernels::quantize_affine(logical_values(t, opt.seed, opt.threads), o, i, bits, g));
+    for (const auto& t : members)
+      qs.push_back(kernels::quantize_affine(values_of(t, opt), o, i, bits, g));
     for (const auto& q : qs) w.write(as_bytes(q.words));
     for (const auto& q : qs) w.write(as_bytes(q.scales));
     for (const auto& q : qs) w.write(as_bytes(q.biases));
@@ -465,7 +484,8 @@ json modelopt_config_json_block(const json& q) {
           {"quant_method", "modelopt"}};
 }
 
-std::string dump_json_hf(const json& j) {
+template <typename Json>
+std::string dump_json_hf(const Json& j) {
   std::string s = j.dump(2);
   // Python's json writes float('inf') as a bare Infinity; do the same as real HF configs.
   const std::string q = "\"Infinity\"";
@@ -483,6 +503,21 @@ void write_text(const fs::path& p, const std::string& text) {
     if (!f) fail("{}: write failed", tmp.string());
   }
   fs::rename(tmp, p);
+}
+
+// The tokenizer files of `from` (tokenizer.json required), copied; absent optional ones are
+// removed from `dir` so an older write's files do not linger.
+void copy_tokenizer(const std::string& from, const std::string& dir) {
+  if (!fs::exists(fs::path(from) / "tokenizer.json")) fail("{}: no tokenizer.json to copy", from);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
+    const fs::path src = fs::path(from) / f, dst = fs::path(dir) / f, tmp = dst.string() + ".tmp";
+    if (!fs::exists(src)) {
+      fs::remove(dst);
+      continue;
+    }
+    fs::copy_file(src, tmp, fs::copy_options::overwrite_existing);
+    fs::rename(tmp, dst);
+  }
 }
 
 // An interrupted write must not leave a directory that loads: config.json goes first (a directory
@@ -566,6 +601,13 @@ const char* synth_format_name(SynthFormat f) {
   return "?";
 }
 
+io::DType parse_dense_dtype(const std::string& s) {
+  if (s == "bf16") return DType::BF16;
+  if (s == "f16") return DType::F16;
+  if (s == "f32") return DType::F32;
+  fail("--dtype '{}': expected bf16, f16 or f32", s);
+}
+
 std::vector<float> logical_values(const SynthTensor& t, uint64_t seed, int threads) {
   // Values are generated in blocks of 2^20 elements, each from its own stream seeded by
   // (seed, name, block): deterministic whatever the thread count.
@@ -607,7 +649,9 @@ void write_checkpoint(const io::ModelConfig& c, const std::string& dir, const Sy
     cfg["quantization"] = q;
     cfg["quantization_config"] = q;
   }
-  if (opt.tokenizer) {
+  if (opt.tokenizer && !opt.tokenizer_dir.empty()) {
+    copy_tokenizer(opt.tokenizer_dir, dir);
+  } else if (opt.tokenizer) {
     // A real byte-level BPE tokenizer with the model's vocabulary size (Nemotron's special-token
     // ids: <s> 1, </s> 2, <|im_start|> 10, <|im_end|> 11), and the Lightning chat template.
     const std::string tj = text::train_byte_level_bpe(training_corpus(), int(c.vocab_size), text::nemotron_special_tokens());
@@ -632,9 +676,7 @@ DrafterKind parse_drafter_kind(const std::string& s) {
   fail("drafter kind '{}': expected dflash or dspark", s);
 }
 
-void write_drafter_checkpoint(DrafterKind kind, const io::ModelConfig& t, const std::string& dir,
-                              const SynthOptions& opt) {
-  begin_checkpoint_dir(dir);
+DrafterShape drafter_shape(DrafterKind kind, const io::ModelConfig& t) {
   const bool spark = kind == DrafterKind::DSpark;
   const int64_t H = t.hidden_size, V = t.vocab_size;
   const bool full = H == 2688;
@@ -662,19 +704,6 @@ void write_drafter_checkpoint(DrafterKind kind, const io::ModelConfig& t, const 
   dc.target_layer_ids = taps;
   dc.attention_sink_bias = spark;
   if (spark) dc.markov_rank = rank;
-  std::vector<SynthTensor> lay;
-  for (const auto& s : model::layout::drafter_tensors(dc)) lay.push_back(synth_tensor(s, DType::BF16));
-  std::vector<Unit> units;
-  std::vector<std::string> exclude;
-  for (const auto& x : lay) {
-    const bool q = x.name == "fc.weight" || x.name.find(".mlp.") != std::string::npos ||
-                   x.name == "markov_head.markov_w2.weight";
-    units.push_back(q ? nvfp4_unit(x, opt) : dense_unit(x, opt));
-    if (!q && x.shape.size() == 2) exclude.push_back(module_of(x.name));
-  }
-  exclude.push_back("lm_head");
-  std::sort(exclude.begin(), exclude.end());
-  write_units(units, dir, opt, false, true, "pt");
   json dcfg = {{"mask_token_id", 990 % V},
                {"target_layer_ids", taps},
                {"causal", spark},
@@ -724,12 +753,52 @@ void write_drafter_checkpoint(DrafterKind kind, const io::ModelConfig& t, const 
     cfg["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 128.0}, {"original_max_position_embeddings", 8192},
                               {"rope_theta", 10000}};
   }
-  json hfq = {{"producer", {{"name", "modelopt"}, {"version", "0.44.0rc5"}}},
-              {"quantization",
-               {{"quant_algo", "W4A16_NVFP4"}, {"group_size", 16}, {"kv_cache_quant_algo", nullptr},
-                {"exclude_modules", exclude}}}};
-  write_text(fs::path(dir) / "hf_quant_config.json", hfq.dump(2) + "\n");
-  write_text(fs::path(dir) / "config.json", cfg.dump(2) + "\n");  // last: the directory now loads
+  // The keys stay sorted, as the release configs synth imitates were written.
+  return {dc, nlohmann::ordered_json::parse(cfg.dump())};
+}
+
+std::vector<SynthTensor> drafter_layout(const io::DrafterConfig& d, const SynthOptions& opt) {
+  std::vector<SynthTensor> v;
+  for (const auto& s : model::layout::drafter_tensors(d))
+    v.push_back(synth_tensor(s, opt.dense_drafter ? opt.dtype : DType::BF16));
+  return v;
+}
+
+void write_drafter(const DrafterShape& shape, const std::string& dir, const SynthOptions& opt) {
+  begin_checkpoint_dir(dir);
+  const bool dense = opt.dense_drafter;
+  const std::vector<SynthTensor> lay = drafter_layout(shape.config, opt);
+  std::vector<Unit> units;
+  std::vector<std::string> exclude;
+  for (const auto& x : lay) {
+    const bool q = !dense && (x.name == "fc.weight" || x.name.find(".mlp.") != std::string::npos ||
+                              x.name == "markov_head.markov_w2.weight");
+    units.push_back(q ? nvfp4_unit(x, opt) : dense_unit(x, opt));
+    if (!q && x.shape.size() == 2) exclude.push_back(module_of(x.name));
+  }
+  exclude.push_back("lm_head");
+  std::sort(exclude.begin(), exclude.end());
+  write_units(units, dir, opt, false, true, "pt");
+  nlohmann::ordered_json cfg = shape.config_json;
+  cfg["dtype"] = dense ? torch_dtype_name(opt.dtype) : "bfloat16";
+  if (cfg.contains("torch_dtype")) cfg["torch_dtype"] = cfg["dtype"];
+  if (dense) {
+    fs::remove(fs::path(dir) / "hf_quant_config.json");
+  } else {
+    json hfq = {{"producer", {{"name", "modelopt"}, {"version", "0.44.0rc5"}}},
+                {"quantization",
+                 {{"quant_algo", "W4A16_NVFP4"},
+                  {"group_size", 16},
+                  {"kv_cache_quant_algo", nullptr},
+                  {"exclude_modules", exclude}}}};
+    write_text(fs::path(dir) / "hf_quant_config.json", hfq.dump(2) + "\n");
+  }
+  write_text(fs::path(dir) / "config.json", dump_json_hf(cfg));  // last: the directory now loads
+}
+
+void write_drafter_checkpoint(DrafterKind kind, const io::ModelConfig& target,
+                              const std::string& dir, const SynthOptions& opt) {
+  write_drafter(drafter_shape(kind, target), dir, opt);
 }
 
 }  // namespace nemo::synth

@@ -4,10 +4,12 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "io/drafter_config.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 
@@ -29,6 +31,13 @@ enum class SynthFormat : uint8_t {
 };
 SynthFormat parse_synth_format(const std::string& s);  // dense | modelopt | mlx4 | mlx8
 const char* synth_format_name(SynthFormat f);
+io::DType parse_dense_dtype(const std::string& s);  // bf16 | f16 | f32 (--dtype)
+
+struct SynthTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  io::DType dtype;
+};
 
 struct SynthOptions {
   uint64_t seed = 0;
@@ -39,13 +48,17 @@ struct SynthOptions {
   uint64_t shard_bytes = 4ull << 30;  // split into model-0000i-of-0000n shards above this
   int threads = 1;
   bool tokenizer = true;  // also write a trained byte-level BPE tokenizer + the Lightning chat template
+  // Copy tokenizer.json (required), tokenizer_config.json and chat_template.jinja from this
+  // directory instead of training a tokenizer (with `tokenizer`). A converter keeps the source's.
+  std::string tokenizer_dir;
+  // Drafters: every tensor dense in `dtype` (a training pipeline's output) instead of the
+  // W4A16 NVFP4 release layout. Targets ignore it.
+  bool dense_drafter = false;
+  // The f32 values of each logical tensor; default logical_values(t, seed, threads). A converter
+  // returns the source checkpoint's tensor widened to f32, so every format quantizes the same
+  // values synth would have generated.
+  std::function<std::vector<float>(const SynthTensor&)> values;
   std::function<void(const std::string&, uint64_t done, uint64_t total)> progress;  // optional
-};
-
-struct SynthTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  io::DType dtype;
 };
 
 // The logical tensor list (dense names, shapes, dtypes) of this config, in file order. The
@@ -62,11 +75,25 @@ std::string_view training_corpus();
 // Each tensor's values depend only on (seed, tensor name), not on the layer count or order.
 void write_checkpoint(const io::ModelConfig& c, const std::string& dir, const SynthOptions& opt);
 
-// A W4A16 NVFP4 drafter checkpoint in the layout of NVIDIA's Lightning DFlash / DSpark drafters
-// (spec dflash_dspark.md §2): config.json, hf_quant_config.json (W4A16_NVFP4, group 16) and
-// safetensors, sized to pair with `target` (same hidden size, vocab, heads; taps < its layers).
+// A drafter's shape: the typed config its tensor layout is derived from, and the config.json
+// written beside it (kept as given but for "dtype", in the given key order).
+struct DrafterShape {
+  io::DrafterConfig config;
+  nlohmann::ordered_json config_json;
+};
 enum class DrafterKind : uint8_t { DFlash, DSpark };
 DrafterKind parse_drafter_kind(const std::string& s);  // dflash | dspark
+// The logical tensor list of a drafter (layout::drafter_tensors' names and shapes) in file order:
+// BF16, or opt.dtype with opt.dense_drafter (the attention sinks stay F32).
+std::vector<SynthTensor> drafter_layout(const io::DrafterConfig& d, const SynthOptions& opt);
+// The drafter synth sizes to pair with `target` (same hidden size, vocab, heads; taps < its
+// layers).
+DrafterShape drafter_shape(DrafterKind kind, const io::ModelConfig& target);
+// The drafter checkpoint of `shape`: in the layout of NVIDIA's Lightning DFlash / DSpark drafters
+// (spec dflash_dspark.md §2) — config.json, hf_quant_config.json (W4A16_NVFP4, group 16) and
+// safetensors — or, with opt.dense_drafter, every tensor in opt.dtype and no hf_quant_config.json.
+void write_drafter(const DrafterShape& shape, const std::string& dir, const SynthOptions& opt);
+// write_drafter(drafter_shape(kind, target), dir, opt).
 void write_drafter_checkpoint(DrafterKind kind, const io::ModelConfig& target, const std::string& dir,
                               const SynthOptions& opt);
 
