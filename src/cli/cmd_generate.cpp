@@ -4,20 +4,21 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "base/memory.h"
 #include "base/threads.h"
 #include "cli/commands.h"
 #include "engine/generator.h"
-#include "kernels/sampling.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
-#include "model/mtp.h"
+#include "kernels/sampling.h"
 #include "model/dflash.h"
+#include "model/mtp.h"
 #include "model/nemotron_h.h"
 #include "speculative/dflash_drafter.h"
 #include "text/text_session.h"
@@ -29,25 +30,6 @@ namespace {
 ThreadConfig threads_of(int n) { return ThreadConfig{n > 0 ? n : default_thread_count()}; }
 
 }  // namespace
-
-// An output file written as PATH.tmp and renamed by commit(): an interrupted dump leaves no
-// complete-looking file behind. PREFIX.json is committed last.
-class AtomicOut {
- public:
-  explicit AtomicOut(std::string path) : path_(std::move(path)), f_(path_ + ".tmp", std::ios::binary) {
-    if (!f_) fail("{}: cannot write", path_ + ".tmp");
-  }
-  std::ofstream& stream() { return f_; }
-  void commit() {
-    f_.close();
-    if (!f_) fail("{}: write failed", path_ + ".tmp");
-    std::filesystem::rename(path_ + ".tmp", path_);
-  }
-
- private:
-  std::string path_;
-  std::ofstream f_;
-};
 
 std::vector<Command> make_generate_commands() {
   std::vector<Command> v(2);
@@ -158,13 +140,13 @@ std::vector<Command> make_generate_commands() {
     req.max_tokens = std::max<int64_t>(1, dopt->gen);
     req.prompt_logits = true;
     g.begin(req);
-    AtomicOut bin_out(dopt->out + ".f32");
+    AtomicFile bin_out(dopt->out + ".f32");
     std::ofstream& bin = bin_out.stream();
     auto write = [](std::ofstream& f, std::span<const float> v) {
       f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size_bytes()));
     };
     const auto* drafter = dynamic_cast<const speculative::DFlashDrafter*>(g.drafter());
-    std::optional<AtomicOut> base_out, final_out;
+    std::optional<AtomicFile> base_out, final_out;
     nlohmann::json rounds = nlohmann::json::array();
     if (drafter) {
       base_out.emplace(dopt->out + ".draft_base.f32");
@@ -195,7 +177,7 @@ std::vector<Command> make_generate_commands() {
       const nlohmann::json dj = {{"kind", dc.kind},    {"gamma", g.draft_max()},
                                  {"vocab", V},         {"tap_layers", dc.target_layer_ids},
                                  {"rounds", rounds}};
-      AtomicOut f(dopt->out + ".draft.json");
+      AtomicFile f(dopt->out + ".draft.json");
       f.stream() << dj.dump() << "\n";
       f.commit();
     }
@@ -214,7 +196,7 @@ std::vector<Command> make_generate_commands() {
       Buffer<float> hout(size_t(T * H)), lg(size_t(T * V));
       head->forward(ms, r.hidden.data(), next, hout.data(), tc);
       m->logits_from_hidden(hout.data(), T, lg.data(), tc);
-      AtomicOut mb(dopt->out + ".mtp.f32");
+      AtomicFile mb(dopt->out + ".mtp.f32");
       mb.stream().write(reinterpret_cast<const char*>(lg.data()), std::streamsize(lg.bytes()));
       mb.commit();
     }
@@ -222,7 +204,7 @@ std::vector<Command> make_generate_commands() {
     nlohmann::json j = {{"prompt", prompt},       {"tokens", toks},
                         {"vocab", V},             {"prefill_rows", prompt.size()},
                         {"decode_rows", std::max<int64_t>(0, int64_t(toks.size()) - 1)}};
-    AtomicOut js(dopt->out + ".json");
+    AtomicFile js(dopt->out + ".json");
     js.stream() << j.dump() << "\n";
     js.commit();
     return 0;

@@ -15,6 +15,7 @@ namespace nemo::cli {
 
 std::vector<Command> make_synth_command();
 std::vector<Command> make_convert_command();
+std::vector<Command> make_tokenizer_commands();
 std::vector<Command> make_generate_commands();
 std::vector<Command> make_bench_command();
 std::vector<Command> make_inspect_command();
@@ -23,9 +24,9 @@ std::vector<Command> make_serve_command();
 
 std::vector<Command> all_commands() {
   std::vector<Command> v;
-  for (auto* mk :
-       {&make_synth_command, &make_convert_command, &make_generate_commands, &make_bench_command,
-        &make_inspect_command, &make_chat_command, &make_serve_command})
+  for (auto* mk : {&make_synth_command, &make_convert_command, &make_tokenizer_commands,
+                   &make_generate_commands, &make_bench_command, &make_inspect_command,
+                   &make_chat_command, &make_serve_command})
     for (auto& c : (*mk)()) v.push_back(std::move(c));
   return v;
 }
