@@ -67,7 +67,7 @@ std::vector<Command> make_generate_commands() {
     req.sampling = {f.temp, f.top_k, f.top_p, f.min_p, f.seed};
     if (!ro->ignore_eos)
       for (auto e : m->config().eos_token_ids) req.stop_tokens.push_back(int32_t(e));
-    const auto draft = f.load_draft(*m);
+    const auto draft = f.load_draft(*m, *dir);
     engine::Generator g(*m, threads_of(f.threads), engine::parse_spec_mode(f.spec), f.draft_max, draft.get());
     const bool as_ids = !ro->ids.empty();
     auto s = g.generate(req, [&](int32_t tok) {
@@ -105,7 +105,7 @@ std::vector<Command> make_generate_commands() {
   auto dopt = std::make_shared<DumpOpts>();
   v[1].attach_fn = [dopt, sub = v[1].sub](CLI::App& app) {
     auto* s = app.add_subcommand("dump", "Write prefill + greedy decode logits (for oracle tests)");
-    s->add_option("-m,--model", dopt->model, "Model directory")->required();
+    s->add_option("-m,--model", dopt->model, "Model directory or name in models/")->required();
     s->add_option("--ids", dopt->ids, "Prompt token ids, comma-separated")->required();
     s->add_option("--gen", dopt->gen, "Greedy tokens to generate")->check(in_range(0, 1 << 20))->capture_default_str();
     s->add_option("--out", dopt->out, "Output prefix: PREFIX.json + PREFIX.f32")->required();
@@ -116,15 +116,17 @@ std::vector<Command> make_generate_commands() {
     s->add_flag("--fp8-static-activations", dopt->fp8_static,
                 "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
     s->add_option("--draft", dopt->draft,
-                  "Decode greedily with this DFlash / DSpark drafter and also write PREFIX.draft.json, "
+                  "Decode greedily with this DFlash / DSpark drafter (directory or name) and also "
+                  "write PREFIX.draft.json, "
                   "PREFIX.draft_base.f32 and PREFIX.draft_final.f32 (every drafting round)");
     s->add_option("--draft-max", dopt->draft_max, "Drafts per round with --draft (default: the drafter's block - 1)")
         ->check(in_range(0, 15));
     *sub = s;
   };
   v[1].run = [dopt]() {
-    auto m = model::NemotronH::load(dopt->model, {.fp8_static_activations = dopt->fp8_static,
-                                                  .kv_dtype = model::parse_kv_dtype(dopt->kv_cache)});
+    const auto dir = resolve_model_dir(dopt->model);
+    auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = dopt->fp8_static,
+                                                .kv_dtype = model::parse_kv_dtype(dopt->kv_cache)});
     const auto prompt = parse_ids(dopt->ids);
     if (prompt.empty()) fail("--ids: empty prompt");
     const int64_t V = m->config().vocab_size;
@@ -132,7 +134,7 @@ std::vector<Command> make_generate_commands() {
     // The engine's decode loop, greedy, no stop tokens: prompt rows' logits, then the row each
     // later token was decided from (with a drafter: the verify rows, bitwise the same).
     std::unique_ptr<model::DFlashModel> draft;
-    if (!dopt->draft.empty()) draft = model::DFlashModel::load(dopt->draft, *m);
+    if (!dopt->draft.empty()) draft = model::DFlashModel::load(resolve_draft_dir(dopt->draft), *m);
     engine::Generator g(*m, tc, draft ? engine::SpecMode::Auto : engine::SpecMode::None, dopt->draft_max,
                         draft.get());
     engine::GenerateRequest req;
