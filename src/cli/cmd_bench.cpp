@@ -439,7 +439,8 @@ std::vector<Command> make_bench_command() {
   v[0].attach_fn = [bo, sub = v[0].sub](CLI::App& app) {
     auto* s = app.add_subcommand(
         "bench", "Measure prefill/decode speed, memory, roofline and speculative decoding");
-    s->add_option("-m,--model", bo->model, "Model directory (default: the embedded tiny model)");
+    s->add_option("-m,--model", bo->model,
+                  "Model directory or name in models/ (default: tiny-code)");
     s->add_option("--prompt-tokens", bo->prompt, "Prefill length")->check(in_range(1, 1 << 20))->capture_default_str();
     s->add_option("--gen", bo->gen, "Decode steps")->check(in_range(0, 1 << 20))->capture_default_str();
     s->add_option("-t,--threads", bo->threads, "Threads (default: all cores)")->check(threads_range());
@@ -455,7 +456,8 @@ std::vector<Command> make_bench_command() {
     s->add_option("--gammas", bo->gammas, "Draft lengths to measure with --spec")
         ->capture_default_str();
     s->add_option("--draft", bo->draft,
-                  "DFlash / DSpark drafter: --spec draft (the drafter) and draft-oracle (its cost, the oracle's "
+                  "DFlash / DSpark drafter (directory or name in models/): --spec draft (the "
+                  "drafter) and draft-oracle (its cost, the oracle's "
                   "tokens: the speedup at 100% acceptance)");
     s->add_option("--prompt-file", bo->prompt_files,
                   "Text prompt(s) for --spec, tokenized with the model's tokenizer and cut to --prompt-tokens "
@@ -478,7 +480,7 @@ std::vector<Command> make_bench_command() {
     auto m = model::NemotronH::load(dir->path, {.kv_dtype = model::parse_kv_dtype(bo->kv_cache)});
     const double load_s = now_seconds() - tl;
     std::unique_ptr<model::DFlashModel> draft;
-    if (!bo->draft.empty()) draft = model::DFlashModel::load(bo->draft, *m);
+    if (!bo->draft.empty()) draft = model::DFlashModel::load(resolve_draft_dir(bo->draft), *m);
     Bench b{*bo,         *m,
             draft.get(), ThreadConfig{bo->threads > 0 ? bo->threads : default_thread_count()},
             {},          {},

@@ -50,7 +50,7 @@ std::vector<Command> make_chat_command() {
     const auto src = text::load_chat_template(dir->path);
     if (!src) fail("{}: no chat template (chat_template.jinja or tokenizer_config.json chat_template)", dir->path);
     const text::ChatTemplate tmpl(*src, (std::filesystem::path(dir->path) / "chat_template.jinja").string());
-    const auto draft = f.load_draft(*m);
+    const auto draft = f.load_draft(*m, *dir);
     // The serving scheduler, one request at a time: its prefix cache lets each turn resume from
     // the previous turns' prompt instead of prefilling the whole conversation again (exactly).
     engine::Scheduler sched(*m, {.threads = {f.threads > 0 ? f.threads : default_thread_count()},

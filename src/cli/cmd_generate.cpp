@@ -4,20 +4,21 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "base/memory.h"
 #include "base/threads.h"
 #include "cli/commands.h"
 #include "engine/generator.h"
-#include "kernels/sampling.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
-#include "model/mtp.h"
+#include "kernels/sampling.h"
 #include "model/dflash.h"
+#include "model/mtp.h"
 #include "model/nemotron_h.h"
 #include "speculative/dflash_drafter.h"
 #include "text/text_session.h"
@@ -29,25 +30,6 @@ namespace {
 ThreadConfig threads_of(int n) { return ThreadConfig{n > 0 ? n : default_thread_count()}; }
 
 }  // namespace
-
-// An output file written as PATH.tmp and renamed by commit(): an interrupted dump leaves no
-// complete-looking file behind. PREFIX.json is committed last.
-class AtomicOut {
- public:
-  explicit AtomicOut(std::string path) : path_(std::move(path)), f_(path_ + ".tmp", std::ios::binary) {
-    if (!f_) fail("{}: cannot write", path_ + ".tmp");
-  }
-  std::ofstream& stream() { return f_; }
-  void commit() {
-    f_.close();
-    if (!f_) fail("{}: write failed", path_ + ".tmp");
-    std::filesystem::rename(path_ + ".tmp", path_);
-  }
-
- private:
-  std::string path_;
-  std::ofstream f_;
-};
 
 // `run --vs-plain`: the same request decoded again without speculation, side by side. Greedy
 // speculation promises the plain tokens bit for bit; sampled speculation promises the plain
@@ -122,7 +104,7 @@ std::vector<Command> make_generate_commands() {
     req.sampling = {f.temp, f.top_k, f.top_p, f.min_p, f.seed};
     if (!ro->ignore_eos)
       for (auto e : m->config().eos_token_ids) req.stop_tokens.push_back(int32_t(e));
-    const auto draft = f.load_draft(*m);
+    const auto draft = f.load_draft(*m, *dir);
     engine::Generator g(*m, threads_of(f.threads), engine::parse_spec_mode(f.spec), f.draft_max, draft.get());
     const bool as_ids = !ro->ids.empty();
     if (ro->vs_plain) {  // both sides timed warm: page in the weights and the drafter first
@@ -169,7 +151,7 @@ std::vector<Command> make_generate_commands() {
   auto dopt = std::make_shared<DumpOpts>();
   v[1].attach_fn = [dopt, sub = v[1].sub](CLI::App& app) {
     auto* s = app.add_subcommand("dump", "Write prefill + greedy decode logits (for oracle tests)");
-    s->add_option("-m,--model", dopt->model, "Model directory")->required();
+    s->add_option("-m,--model", dopt->model, "Model directory or name in models/")->required();
     s->add_option("--ids", dopt->ids, "Prompt token ids, comma-separated")->required();
     s->add_option("--gen", dopt->gen, "Greedy tokens to generate")->check(in_range(0, 1 << 20))->capture_default_str();
     s->add_option("--out", dopt->out, "Output prefix: PREFIX.json + PREFIX.f32")->required();
@@ -180,15 +162,17 @@ std::vector<Command> make_generate_commands() {
     s->add_flag("--fp8-static-activations", dopt->fp8_static,
                 "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
     s->add_option("--draft", dopt->draft,
-                  "Decode greedily with this DFlash / DSpark drafter and also write PREFIX.draft.json, "
+                  "Decode greedily with this DFlash / DSpark drafter (directory or name) and also "
+                  "write PREFIX.draft.json, "
                   "PREFIX.draft_base.f32 and PREFIX.draft_final.f32 (every drafting round)");
     s->add_option("--draft-max", dopt->draft_max, "Drafts per round with --draft (default: the drafter's block - 1)")
         ->check(in_range(0, 15));
     *sub = s;
   };
   v[1].run = [dopt]() {
-    auto m = model::NemotronH::load(dopt->model, {.fp8_static_activations = dopt->fp8_static,
-                                                  .kv_dtype = model::parse_kv_dtype(dopt->kv_cache)});
+    const auto dir = resolve_model_dir(dopt->model);
+    auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = dopt->fp8_static,
+                                                .kv_dtype = model::parse_kv_dtype(dopt->kv_cache)});
     const auto prompt = parse_ids(dopt->ids);
     if (prompt.empty()) fail("--ids: empty prompt");
     const int64_t V = m->config().vocab_size;
@@ -196,7 +180,7 @@ std::vector<Command> make_generate_commands() {
     // The engine's decode loop, greedy, no stop tokens: prompt rows' logits, then the row each
     // later token was decided from (with a drafter: the verify rows, bitwise the same).
     std::unique_ptr<model::DFlashModel> draft;
-    if (!dopt->draft.empty()) draft = model::DFlashModel::load(dopt->draft, *m);
+    if (!dopt->draft.empty()) draft = model::DFlashModel::load(resolve_draft_dir(dopt->draft), *m);
     engine::Generator g(*m, tc, draft ? engine::SpecMode::Auto : engine::SpecMode::None, dopt->draft_max,
                         draft.get());
     engine::GenerateRequest req;
@@ -204,13 +188,13 @@ std::vector<Command> make_generate_commands() {
     req.max_tokens = std::max<int64_t>(1, dopt->gen);
     req.prompt_logits = true;
     g.begin(req);
-    AtomicOut bin_out(dopt->out + ".f32");
+    AtomicFile bin_out(dopt->out + ".f32");
     std::ofstream& bin = bin_out.stream();
     auto write = [](std::ofstream& f, std::span<const float> v) {
       f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size_bytes()));
     };
     const auto* drafter = dynamic_cast<const speculative::DFlashDrafter*>(g.drafter());
-    std::optional<AtomicOut> base_out, final_out;
+    std::optional<AtomicFile> base_out, final_out;
     nlohmann::json rounds = nlohmann::json::array();
     if (drafter) {
       base_out.emplace(dopt->out + ".draft_base.f32");
@@ -241,7 +225,7 @@ std::vector<Command> make_generate_commands() {
       const nlohmann::json dj = {{"kind", dc.kind},    {"gamma", g.draft_max()},
                                  {"vocab", V},         {"tap_layers", dc.target_layer_ids},
                                  {"rounds", rounds}};
-      AtomicOut f(dopt->out + ".draft.json");
+      AtomicFile f(dopt->out + ".draft.json");
       f.stream() << dj.dump() << "\n";
       f.commit();
     }
@@ -260,7 +244,7 @@ std::vector<Command> make_generate_commands() {
       Buffer<float> hout(size_t(T * H)), lg(size_t(T * V));
       head->forward(ms, r.hidden.data(), next, hout.data(), tc);
       m->logits_from_hidden(hout.data(), T, lg.data(), tc);
-      AtomicOut mb(dopt->out + ".mtp.f32");
+      AtomicFile mb(dopt->out + ".mtp.f32");
       mb.stream().write(reinterpret_cast<const char*>(lg.data()), std::streamsize(lg.bytes()));
       mb.commit();
     }
@@ -268,7 +252,7 @@ std::vector<Command> make_generate_commands() {
     nlohmann::json j = {{"prompt", prompt},       {"tokens", toks},
                         {"vocab", V},             {"prefill_rows", prompt.size()},
                         {"decode_rows", std::max<int64_t>(0, int64_t(toks.size()) - 1)}};
-    AtomicOut js(dopt->out + ".json");
+    AtomicFile js(dopt->out + ".json");
     js.stream() << j.dump() << "\n";
     js.commit();
     return 0;

@@ -22,8 +22,11 @@ std::vector<Command> make_inspect_command() {
   std::vector<Command> v(1);
   v[0].attach_fn = [o, sub = v[0].sub](CLI::App& app) {
     auto* s = app.add_subcommand("inspect", "Describe a checkpoint and check that it can run");
-    s->add_option("dir", o->dir, "Model directory (target or DFlash/DSpark drafter)")->required();
-    s->add_option("--draft", o->draft, "Drafter directory to pair with the target");
+    s->add_option(
+        "dir", o->dir,
+        "Model directory or name in models/ (target or DFlash/DSpark drafter; default: tiny-code)");
+    s->add_option("--draft", o->draft,
+                  "Drafter directory or name in models/ to pair with the target");
     s->add_flag("--require-mtp", o->require_mtp, "Fail unless the checkpoint has a complete MTP module");
     s->add_flag("--json", o->json, "Print the stable-schema JSON report (docs/INSPECT.md)");
     s->add_option("--context", o->context, "Context length for the memory estimate")->capture_default_str();
@@ -31,8 +34,10 @@ std::vector<Command> make_inspect_command() {
   };
   v[0].run = [o]() {
     if (o->context < 0) fail("--context {}: must be >= 0", o->context);
-    inspect::InspectReport r = inspect::inspect_dir(o->dir);
-    if (!o->draft.empty()) inspect::pair_drafter(r, inspect::inspect_dir(o->draft));
+    const auto dir = resolve_model_dir(o->dir, "inspect");
+    inspect::InspectReport r = inspect::inspect_dir(dir->path);
+    if (!o->draft.empty())
+      inspect::pair_drafter(r, inspect::inspect_dir(resolve_draft_dir(o->draft)));
     inspect::apply_requirements(r, {.mtp = o->require_mtp});
     if (o->json) std::printf("%s\n", inspect::to_json(r, o->context).dump(2).c_str());
     else std::fputs(inspect::to_text(r, o->context).c_str(), stdout);

@@ -174,8 +174,9 @@ std::vector<Command> make_serve_command() {
     std::fprintf(stderr, "listening on http://%s:%d\n", so.host.c_str(), port);
     std::fflush(stderr);
 
-    Progress progress(f.model.empty() ? 5 : 4);
-    if (f.model.empty()) progress.phase("writing the embedded tiny model");
+    const bool embedded = f.model.empty() && default_model_is_embedded();
+    Progress progress(embedded ? 5 : 4);
+    if (embedded) progress.phase("writing the embedded tiny model");
     auto dir = resolve_model_dir(f.model);
     progress.phase("mapping weights");
     auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = f.fp8_static,
@@ -185,7 +186,7 @@ std::vector<Command> make_serve_command() {
     const auto tmpl_src = text::load_chat_template(dir->path);
     std::optional<text::ChatTemplate> tmpl;
     if (tmpl_src) tmpl.emplace(*tmpl_src, "chat_template");
-    const auto draft = f.load_draft(*m);
+    const auto draft = f.load_draft(*m, *dir);
     engine::SchedulerOptions sched_opt;
     sched_opt.threads = ThreadConfig{f.threads > 0 ? f.threads : default_thread_count()};
     sched_opt.spec = engine::parse_spec_mode(f.spec);
@@ -221,10 +222,11 @@ std::vector<Command> make_serve_command() {
       if (std::find(backend.stop_tokens.begin(), backend.stop_tokens.end(), e) == backend.stop_tokens.end())
         backend.stop_tokens.push_back(e);
     backend.n_ctx = o->ctx_size;
-    backend.props = {{"model_path", f.model.empty() ? "(embedded tiny model)" : f.model},
-                     {"drafter", f.draft.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(f.draft)},
-                     {"vocab_size", m->config().vocab_size},
-                     {"layers", m->config().pattern()}};
+    backend.props = {
+        {"model_path", dir->temporary ? "(embedded tiny model)" : dir->path},
+        {"drafter", draft ? nlohmann::ordered_json(draft->dir()) : nlohmann::ordered_json(nullptr)},
+        {"vocab_size", m->config().vocab_size},
+        {"layers", m->config().pattern()}};
 
     const auto spec = sched.default_spec();
     std::fprintf(stderr,
@@ -239,17 +241,22 @@ std::vector<Command> make_serve_command() {
                  "  threads      %d\n"
                  "  batching     %d active, queue %d, context %lld tokens, prefix cache %lld MiB\n"
                  "  auth         %s; body limit %zu bytes; metrics %s\n",
-                 progress.elapsed(), f.model.empty() ? "embedded tiny model (tiny-a, seed 0)" : f.model.c_str(),
-                 m->config().pattern().c_str(), (long long)m->config().vocab_size,
-                 (long long)m->config().hidden_size, weight_formats(*m).c_str(),
-                 mib(double(m->weight_bytes())).c_str(), mib(double(current_rss_bytes())).c_str(),
-                 f.kv_cache.c_str(), codec.has_tokenizer() ? "tokenizer.json" : "byte-level fallback",
-                 tmpl ? "yes" : "none (chat completions refused)", f.draft.empty() ? "none" : f.draft.c_str(),
-                 engine::spec_mode_name(spec),
-                 spec == engine::SpecMode::None ? "" : (f.draft_max ? fmt::format(" (draft-max {})", f.draft_max) : std::string(" (draft-max: the drafter's default)")).c_str(),
+                 progress.elapsed(), dir->label.c_str(), m->config().pattern().c_str(),
+                 (long long)m->config().vocab_size, (long long)m->config().hidden_size,
+                 weight_formats(*m).c_str(), mib(double(m->weight_bytes())).c_str(),
+                 mib(double(current_rss_bytes())).c_str(), f.kv_cache.c_str(),
+                 codec.has_tokenizer() ? "tokenizer.json" : "byte-level fallback",
+                 tmpl ? "yes" : "none (chat completions refused)",
+                 draft ? draft->dir().c_str() : "none", engine::spec_mode_name(spec),
+                 spec == engine::SpecMode::None
+                     ? ""
+                     : (f.draft_max ? fmt::format(" (draft-max {})", f.draft_max)
+                                    : std::string(" (draft-max: the drafter's default)"))
+                           .c_str(),
                  sched_opt.threads.n_threads, o->max_active, o->max_queue, (long long)o->ctx_size,
                  (long long)o->prefix_cache_mb,
-                 so.api_keys.empty() ? "none (no --api-key)" : fmt::format("{} API key(s)", so.api_keys.size()).c_str(),
+                 so.api_keys.empty() ? "none (no --api-key)"
+                                     : fmt::format("{} API key(s)", so.api_keys.size()).c_str(),
                  so.max_body, so.metrics ? "on" : "off");
     if (g_signals == 0) srv.set_backend(&backend);
     std::fprintf(stderr, "serving on http://%s:%d\n", so.host.c_str(), port);

@@ -1,12 +1,16 @@
-// nemotron tokenizer train | encode: a byte-level BPE for a new model (tools/train) and the
-// corpus as token ids.
+// nemotron tokenizer: train a byte-level BPE tokenizer on a corpus (Nemotron's special tokens and
+// the Lightning chat template), encode files into a training stream of uint32 ids, decode one.
+#include <bit>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <memory>
+#include <nlohmann/json.hpp>
 
+#include "base/atomic_file.h"
 #include "base/error.h"
+#include "base/mapped_file.h"
 #include "cli/commands.h"
 #include "text/bpe_trainer.h"
 #include "text/tokenizer.h"
@@ -15,95 +19,170 @@ namespace nemo::cli {
 
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot read", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    if (!out) fail("{}: write failed", tmp);
-  }
-  std::filesystem::rename(tmp, path);
-}
+static_assert(std::endian::native == std::endian::little,
+              "the .u32 stream is written as in memory");
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+std::string_view text_of(const MappedFile& f) {
+  return {reinterpret_cast<const char*>(f.data()), f.size()};
+}
+
+int train(const std::vector<std::string>& corpora, int vocab, const std::string& out) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::string corpus;
+  for (const auto& path : corpora) {
+    const MappedFile f(path);
+    // Files are joined at line breaks so no word spans two of them.
+    if (!corpus.empty() && corpus.back() != '\n') corpus += '\n';
+    corpus.append(text_of(f));
+  }
+  std::fprintf(stderr, "tokenizer: read %zu file(s), %.2f MB in %.2f s; training vocab %d...\n",
+               corpora.size(), double(corpus.size()) / 1e6, seconds_since(t0), vocab);
+  t0 = std::chrono::steady_clock::now();
+  const std::string tj = text::train_byte_level_bpe(corpus, vocab, text::nemotron_special_tokens());
+  const double train_s = seconds_since(t0);
+  text::write_tokenizer_dir(out, tj);
+  const auto j = nlohmann::json::parse(tj);
+  const size_t merges = j["model"]["merges"].size(), added = j["added_tokens"].size();
+  const size_t reserved = added - text::nemotron_special_tokens().size();
+  std::fprintf(stderr, "tokenizer: trained %zu merges in %.2f s (%.2f MB/s)\n", merges, train_s,
+               double(corpus.size()) / 1e6 / std::max(train_s, 1e-9));
+  if (reserved > 0)
+    std::fprintf(stderr,
+                 "note: the corpus ran out of pairs to merge; %zu <|reserved_N|> tokens fill the "
+                 "vocabulary\n",
+                 reserved);
+  std::printf("wrote %s: vocab %d (%zu special, 256 bytes, %zu merges)\n", out.c_str(), vocab,
+              added, merges);
+  return 0;
+}
+
+int encode(const std::string& dir, const std::vector<std::string>& files, const std::string& out,
+           bool parse_special) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const text::Tokenizer tok = text::Tokenizer::from_dir(dir);
+  const auto eos = tok.token_to_id("</s>");
+  if (!eos)
+    fail("{}: no '</s>' token to end documents with",
+         (std::filesystem::path(dir) / "tokenizer.json").string());
+  AtomicFile f(out);
+  std::vector<int32_t> ids;
+  uint64_t bytes = 0, tokens = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const MappedFile in(files[i]);
+    ids.clear();
+    tok.encode_into(text_of(in), ids,
+                    {.add_special_tokens = false, .parse_special = parse_special});
+    bytes += in.size();
+    tokens += ids.size();
+    ids.push_back(*eos);
+    f.stream().write(reinterpret_cast<const char*>(ids.data()), std::streamsize(ids.size() * 4));
+    if (files.size() >= 20 && (i + 1) % (files.size() / 10) == 0)
+      std::fprintf(stderr, "encode: %zu / %zu files, %.2f MB, %llu tokens\n", i + 1, files.size(),
+                   double(bytes) / 1e6, (unsigned long long)tokens);
+  }
+  f.commit();
+  const double s = seconds_since(t0);
+  std::printf(
+      "wrote %s: %zu documents, %llu tokens + %zu EOS (id %d), %.2f MB, %.3f bytes/token, %.2f s "
+      "(%.2f MB/s)\n",
+      out.c_str(), files.size(), (unsigned long long)tokens, files.size(), *eos,
+      double(bytes) / 1e6, tokens ? double(bytes) / double(tokens) : 0.0, s,
+      double(bytes) / 1e6 / std::max(s, 1e-9));
+  return 0;
+}
+
+// Raw token bytes (exact for any input, valid UTF-8 or not); the EOS after each document is
+// dropped, so decoding an encoded stream gives the input files back to back.
+int decode(const std::string& dir, const std::string& in, const std::string& out) {
+  const text::Tokenizer tok = text::Tokenizer::from_dir(dir);
+  const auto eos = tok.token_to_id("</s>");
+  const MappedFile f(in);
+  if (f.size() % 4 != 0) fail("{}: {} bytes is not a whole number of uint32 ids", in, f.size());
+  AtomicFile o(out);
+  bool first = true;
+  for (size_t i = 0; i < f.size() / 4; ++i) {
+    uint32_t id;
+    std::memcpy(&id, f.data() + 4 * i, 4);
+    if (id >= uint32_t(tok.vocab_size()))
+      fail("{}: id {} at position {} is outside the vocabulary", in, id, i);
+    if (eos && int32_t(id) == *eos) {
+      first = true;
+      continue;
+    }
+    o.stream() << tok.token_bytes(int32_t(id), first);
+    first = false;
+  }
+  o.commit();
+  return 0;
+}
+
 }  // namespace
 
 std::vector<Command> make_tokenizer_commands() {
-  std::vector<Command> v(1);
   struct Opts {
-    std::vector<std::string> corpus, inputs;
-    int vocab = 2048;
-    std::string out, tokenizer;
-    CLI::App *train = nullptr, *encode = nullptr;
+    std::vector<std::string> corpora, files;
+    int vocab = 0;
+    std::string out, dir, in;
+    bool parse_special = false;
   };
   auto o = std::make_shared<Opts>();
-  v[0].attach_fn = [o, sub = v[0].sub](CLI::App& app) {
-    auto* s = app.add_subcommand("tokenizer", "Train a byte-level BPE tokenizer, or encode text files to ids");
-    s->require_subcommand(1);
-    o->train = s->add_subcommand("train", "Train on text files; writes tokenizer.json, tokenizer_config.json "
+  auto parent = std::make_shared<CLI::App*>(nullptr);
+  std::vector<Command> v(3);
+  // The three share one `tokenizer` parent, made by whichever attaches first.
+  auto tokenizer_app = [parent](CLI::App& app) {
+    if (!*parent) {
+      *parent = app.add_subcommand("tokenizer",
+                                   "Train a BPE tokenizer, encode files to token ids, decode them");
+      (*parent)->require_subcommand(1);
+    }
+    return *parent;
+  };
+  v[0].attach_fn = [o, tokenizer_app, sub = v[0].sub](CLI::App& app) {
+    auto* s =
+        tokenizer_app(app)->add_subcommand("train",
+                                           "Byte-level BPE with Nemotron's special tokens; writes "
+                                           "tokenizer.json, tokenizer_config.json "
                                            "(Lightning chat template) and chat_template.jinja");
-    o->train->add_option("--corpus", o->corpus, "Training text (repeatable)")->required()->check(CLI::ExistingFile);
-    o->train->add_option("--vocab", o->vocab, "Vocabulary size (special tokens + 256 bytes + merges)")
-        ->check(in_range(300, 1 << 20))
-        ->capture_default_str();
-    o->train->add_option("--out", o->out, "Output directory")->required();
-    o->encode = s->add_subcommand("encode", "Encode files (one document each, no special tokens) to little-endian "
-                                            "uint32 ids, </s> (id 2) after every document");
-    o->encode->add_option("--tokenizer", o->tokenizer, "Directory with tokenizer.json")->required();
-    o->encode->add_option("--out", o->out, "Output .u32 file")->required();
-    o->encode->add_option("files", o->inputs, "Text files")->required()->check(CLI::ExistingFile);
+    s->add_option("--corpus", o->corpora,
+                  "Training text (repeatable; files are joined at line breaks)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    s->add_option("--vocab", o->vocab, "Vocabulary size (special tokens + 256 bytes + merges)")
+        ->required()
+        ->check(in_range(int(text::nemotron_special_tokens().size()) + 256, 1 << 24));
+    s->add_option("--out", o->out, "Output directory")->required();
     *sub = s;
   };
-  v[0].run = [o]() {
-    const auto t0 = std::chrono::steady_clock::now();
-    if (o->train->parsed()) {
-      std::string text;
-      for (const auto& f : o->corpus) text += read_file(f);
-      const auto specials = text::nemotron_special_tokens();
-      const std::string tj = text::train_byte_level_bpe(text, o->vocab, specials);
-      std::filesystem::create_directories(o->out);
-      const std::filesystem::path d(o->out);
-      text::TokenizerConfigOptions to;
-      to.chat_template = std::string(text::nemotron_lightning_chat_template());
-      write_file(d / "tokenizer.json", tj);
-      write_file(d / "tokenizer_config.json", text::make_tokenizer_config(tj, to));
-      write_file(d / "chat_template.jinja", std::string(text::nemotron_lightning_chat_template()));
-      std::fprintf(stderr, "trained a %d-token byte-level BPE on %.2f MB in %.1f s -> %s\n", o->vocab,
-                   double(text.size()) / 1e6, seconds_since(t0), o->out.c_str());
-      return 0;
-    }
-    const auto tok = text::Tokenizer::from_dir(o->tokenizer);
-    std::vector<uint32_t> ids;
-    size_t bytes = 0;
-    std::vector<int32_t> doc;
-    for (const auto& f : o->inputs) {
-      const std::string t = read_file(f);
-      bytes += t.size();
-      doc.clear();
-      tok.encode_into(t, doc, {.add_special_tokens = false, .parse_special = false});
-      for (int32_t x : doc) ids.push_back(uint32_t(x));
-      ids.push_back(2);  // </s>: the document boundary
-    }
-    std::string raw(ids.size() * 4, '\0');
-    for (size_t i = 0; i < ids.size(); ++i)
-      for (int b = 0; b < 4; ++b) raw[i * 4 + size_t(b)] = char((ids[i] >> (8 * b)) & 0xff);
-    write_file(o->out, raw);
-    std::fprintf(stderr, "encoded %zu files, %.2f MB -> %zu tokens (%.2f bytes/token) in %.1f s -> %s\n",
-                 o->inputs.size(), double(bytes) / 1e6, ids.size(), double(bytes) / double(ids.size()),
-                 seconds_since(t0), o->out.c_str());
-    return 0;
+  v[0].run = [o]() { return train(o->corpora, o->vocab, o->out); };
+  v[1].attach_fn = [o, tokenizer_app, sub = v[1].sub](CLI::App& app) {
+    auto* s =
+        tokenizer_app(app)->add_subcommand("encode",
+                                           "Encode each file as one document (no BOS/EOS added) "
+                                           "into little-endian uint32 ids, </s> after each");
+    s->add_option("--tokenizer", o->dir, "Directory with tokenizer.json")->required();
+    s->add_option("--out", o->out, "Output file (.u32)")->required();
+    s->add_option("files", o->files, "Input files, one document each")
+        ->required()
+        ->check(CLI::ExistingFile);
+    s->add_flag("--parse-special", o->parse_special,
+                "Special-token strings in the text become their ids (default: plain text)");
+    *sub = s;
   };
+  v[1].run = [o]() { return encode(o->dir, o->files, o->out, o->parse_special); };
+  v[2].attach_fn = [o, tokenizer_app, sub = v[2].sub](CLI::App& app) {
+    auto* s = tokenizer_app(app)->add_subcommand(
+        "decode",
+        "Write the bytes of a .u32 id stream back out (the </s> after each document dropped)");
+    s->add_option("--tokenizer", o->dir, "Directory with tokenizer.json")->required();
+    s->add_option("--out", o->out, "Output file")->required();
+    s->add_option("input", o->in, "Input .u32 file")->required();
+    *sub = s;
+  };
+  v[2].run = [o]() { return decode(o->dir, o->in, o->out); };
   return v;
 }
 

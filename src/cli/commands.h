@@ -33,6 +33,35 @@ std::vector<Command> all_commands();
 CLI::Validator in_range(double lo, double hi);  // lo <= v <= hi, finite
 CLI::Validator threads_range();                  // 0 (all cores) .. 1024
 
+// Named models (docs/CONVERT.md): the models directory is $NEMOTRON_MODELS when set, else
+// <the executable's directory>/../models when it exists, else the source tree's models/.
+struct ModelsDir {
+  std::string path;                        // "" when none exists
+  std::vector<std::string> tried;          // the candidates, for messages
+  std::vector<std::string> names() const;  // its subdirectories holding a config.json, sorted
+};
+ModelsDir find_models_dir();
+inline constexpr const char* kDefaultModel = "tiny-code";  // the trained family's ModelOpt target
+
+// A resolved --model: the directory as given, a name in the models directory, the default
+// <models>/tiny-code, or (when that does not exist) the embedded tiny-a written to a temporary
+// directory that lives as long as this handle.
+struct ModelDir {
+  std::string path;
+  std::string
+      name;  // the models-directory name it resolved as ("" for a path or the embedded model)
+  std::string label;  // how summaries name it
+  bool temporary = false;
+  ~ModelDir();
+};
+// `option` names the flag in errors. A value that is not an existing path and has no '/' is a
+// name; an unknown name fails listing what was tried and the names available.
+std::unique_ptr<ModelDir> resolve_model_dir(const std::string& model,
+                                            const char* option = "--model");
+bool default_model_is_embedded();  // no <models>/tiny-code: a run without --model writes tiny-a
+// --draft: a path, else a name in the models directory ("" stays "").
+std::string resolve_draft_dir(const std::string& draft, const char* option = "--draft");
+
 // Options every generating command shares (run, chat): model, sampling, threads, speculation,
 // KV cache. `add_to` registers them; the accessors turn them into engine/model settings.
 struct GenerationFlags {
@@ -45,8 +74,10 @@ struct GenerationFlags {
   bool fp8_static = false, tap_last_post_norm = false;
   void add_to(CLI::App* s);        // everything below
   void add_model_to(CLI::App* s);  // model, threads, speculation, KV cache (no sampling): serve
-  // The --draft drafter paired with `target` (validated), or null.
-  std::unique_ptr<model::DFlashModel> load_draft(const model::NemotronH& target) const;
+  // The --draft drafter paired with `target` (validated), or null. Without --draft, --spec dflash
+  // or dspark on a model named M in the models directory loads its sibling M-dflash / M-dspark.
+  std::unique_ptr<model::DFlashModel> load_draft(const model::NemotronH& target,
+                                                 const ModelDir& dir) const;
 };
 
 // Progress of a checkpoint writer on stderr ("LABEL:  42%  0.10 / 0.24 GB  tensor"): one updating
@@ -79,13 +110,4 @@ struct WriterFlags {
 
 // Shared helpers
 std::vector<int32_t> parse_ids(const std::string& csv);  // "1,2,3"
-// Resolves --model; when empty, writes the embedded default model (tiny-a, seed 0) to a
-// temporary directory that lives as long as the returned handle.
-struct ModelDir {
-  std::string path;
-  bool temporary = false;
-  ~ModelDir();
-};
-std::unique_ptr<ModelDir> resolve_model_dir(const std::string& model);
-
 }  // namespace nemo::cli

@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,18 +16,54 @@ namespace nemo::cli {
 
 std::vector<Command> make_synth_command();
 std::vector<Command> make_convert_command();
+std::vector<Command> make_tokenizer_commands();
 std::vector<Command> make_generate_commands();
 std::vector<Command> make_bench_command();
 std::vector<Command> make_inspect_command();
 std::vector<Command> make_chat_command();
 std::vector<Command> make_serve_command();
-std::vector<Command> make_tokenizer_commands();
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// What messages say about the models directory: where it is and what it holds, or where it was
+// sought.
+std::string describe(const ModelsDir& m) {
+  if (m.path.empty()) return fmt::format("no models directory (tried {})", join(m.tried));
+  std::error_code ec;
+  if (!fs::is_directory(m.path, ec))
+    return fmt::format("models directory {} does not exist", m.path);
+  const auto names = m.names();
+  return fmt::format("models directory {} ({})", m.path,
+                     names.empty() ? "empty" : "available: " + join(names));
+}
+
+// A value without '/' that is not an existing path names an entry of the models directory.
+std::string resolve_named(const std::string& value, const char* option) {
+  std::error_code ec;
+  if (fs::exists(value, ec) || value.find('/') != std::string::npos) return value;
+  const ModelsDir m = find_models_dir();
+  if (!m.path.empty() && fs::is_directory(fs::path(m.path) / value, ec))
+    return (fs::path(m.path) / value).string();
+  fail("{} {}: no directory {}{}; {}", option, value, value,
+       m.path.empty() ? "" : fmt::format(" nor {}", (fs::path(m.path) / value).string()),
+       describe(m));
+}
+
+}  // namespace
 
 std::vector<Command> all_commands() {
   std::vector<Command> v;
-  for (auto* mk :
-       {&make_synth_command, &make_convert_command, &make_generate_commands, &make_bench_command,
-        &make_inspect_command, &make_chat_command, &make_serve_command, &make_tokenizer_commands})
+  for (auto* mk : {&make_synth_command, &make_convert_command, &make_tokenizer_commands,
+                   &make_generate_commands, &make_bench_command, &make_inspect_command,
+                   &make_chat_command, &make_serve_command})
     for (auto& c : (*mk)()) v.push_back(std::move(c));
   return v;
 }
@@ -59,13 +96,16 @@ void GenerationFlags::add_to(CLI::App* s) {
 }
 
 void GenerationFlags::add_model_to(CLI::App* s) {
-  s->add_option("-m,--model", model, "Model directory (default: the embedded tiny model)");
+  s->add_option("-m,--model", model, "Model directory or name in models/ (default: tiny-code)");
   s->add_option("-t,--threads", threads, "Threads (default: all cores)")->check(threads_range());
   s->add_option("--spec", spec,
                 "Speculative decoding: auto (the --draft drafter, else MTP if present) | mtp | dflash | dspark | "
                 "ngram | none")
       ->capture_default_str();
-  s->add_option("--draft", draft, "DFlash / DSpark drafter directory to pair with the model");
+  s->add_option("--draft", draft,
+                "DFlash / DSpark drafter directory or name in models/ (default with --spec "
+                "dflash|dspark and a "
+                "named model M: M-dflash|M-dspark)");
   s->add_flag("--tap-last-post-norm", tap_last_post_norm,
               "Feed the drafter the last target layer's tap after norm_f (default: before, as serving runtimes do)");
   s->add_option("--draft-max", draft_max,
@@ -77,9 +117,22 @@ void GenerationFlags::add_model_to(CLI::App* s) {
               "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
 }
 
-std::unique_ptr<model::DFlashModel> GenerationFlags::load_draft(const model::NemotronH& target) const {
-  if (draft.empty()) return nullptr;
-  return model::DFlashModel::load(draft, target, {.tap_last_post_norm = tap_last_post_norm});
+std::unique_ptr<model::DFlashModel> GenerationFlags::load_draft(const model::NemotronH& target,
+                                                                const ModelDir& dir) const {
+  std::string path = resolve_draft_dir(draft);
+  if (path.empty() && (spec == "dflash" || spec == "dspark") && !dir.name.empty()) {
+    // A named model's drafters sit beside it: tiny-code-dflash, tiny-code-dspark.
+    const std::string sibling =
+        (fs::path(dir.path).parent_path() / (dir.name + "-" + spec)).string();
+    std::error_code ec;
+    if (!fs::is_directory(sibling, ec))
+      fail("--spec {} needs a drafter: --draft DIR|NAME, or {} beside the model (not found); {}",
+           spec, sibling, describe(find_models_dir()));
+    std::fprintf(stderr, "note: --spec %s: using the drafter %s\n", spec.c_str(), sibling.c_str());
+    path = sibling;
+  }
+  if (path.empty()) return nullptr;
+  return model::DFlashModel::load(path, target, {.tap_last_post_norm = tap_last_post_norm});
 }
 
 WriteProgress::WriteProgress(std::string label)
@@ -147,24 +200,79 @@ std::vector<int32_t> parse_ids(const std::string& csv) {
 ModelDir::~ModelDir() {
   if (temporary && !path.empty()) {
     std::error_code ec;
-    std::filesystem::remove_all(path, ec);
+    fs::remove_all(path, ec);
   }
 }
 
-std::unique_ptr<ModelDir> resolve_model_dir(const std::string& model) {
+std::vector<std::string> ModelsDir::names() const {
+  std::vector<std::string> v;
+  std::error_code ec;
+  if (path.empty() || !fs::is_directory(path, ec)) return v;
+  for (const auto& e : fs::directory_iterator(path, ec))
+    if (fs::exists(e.path() / "config.json", ec)) v.push_back(e.path().filename().string());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+ModelsDir find_models_dir() {
+  ModelsDir m;
+  if (const char* env = std::getenv("NEMOTRON_MODELS"); env && *env) {
+    m.path = env;  // used even when absent: an empty or missing directory means "no named models"
+    m.tried.push_back(fmt::format("$NEMOTRON_MODELS={}", env));
+    return m;
+  }
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> candidates;
+  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "models");
+  candidates.push_back(fs::path(NEMOTRON_SOURCE_DIR) / "models");
+  for (const auto& c : candidates) {
+    const std::string p = c.lexically_normal().string();
+    if (fs::is_directory(p, ec)) {
+      m.path = p;
+      return m;
+    }
+    if (std::find(m.tried.begin(), m.tried.end(), p) == m.tried.end()) m.tried.push_back(p);
+  }
+  return m;
+}
+
+bool default_model_is_embedded() {
+  const ModelsDir m = find_models_dir();
+  std::error_code ec;
+  return m.path.empty() || !fs::is_directory(fs::path(m.path) / kDefaultModel, ec);
+}
+
+std::unique_ptr<ModelDir> resolve_model_dir(const std::string& model, const char* option) {
   auto d = std::make_unique<ModelDir>();
   if (!model.empty()) {
-    d->path = model;
+    d->path = d->label = resolve_named(model, option);
+    if (d->path != model) d->name = model;
     return d;
   }
-  std::string tmpl = (std::filesystem::temp_directory_path() / "nemotron-default-XXXXXX").string();
+  const ModelsDir m = find_models_dir();
+  if (!default_model_is_embedded()) {
+    d->path = d->label = (fs::path(m.path) / kDefaultModel).string();
+    d->name = kDefaultModel;
+    std::fprintf(stderr, "note: using the default model %s\n", d->path.c_str());
+    return d;
+  }
+  std::fprintf(stderr, "note: using the embedded tiny model (tiny-a, seed 0): no %s\n",
+               m.path.empty() ? fmt::format("models directory (tried {})", join(m.tried)).c_str()
+                              : (fs::path(m.path) / kDefaultModel).string().c_str());
+  std::string tmpl = (fs::temp_directory_path() / "nemotron-default-XXXXXX").string();
   if (!mkdtemp(tmpl.data())) fail("cannot create a temporary directory for the embedded model");
   d->path = tmpl;
+  d->label = "embedded tiny model (tiny-a, seed 0)";
   d->temporary = true;
   synth::SynthOptions opt;
   opt.seed = 0;
   synth::write_checkpoint(synth::preset_config("tiny-a"), d->path, opt);
   return d;
+}
+
+std::string resolve_draft_dir(const std::string& draft, const char* option) {
+  return draft.empty() ? draft : resolve_named(draft, option);
 }
 
 }  // namespace nemo::cli

@@ -1,13 +1,14 @@
 #include "text/bpe_trainer.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
-#include <nlohmann/json.hpp>
-
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "text/regex.h"
 #include "text/tokenizer.h"
@@ -242,5 +243,16 @@ namespace {
 }
 
 std::string_view nemotron_lightning_chat_template() { return kLightningTemplate; }
+
+void write_tokenizer_dir(const std::string& dir, const std::string& tokenizer_json) {
+  const std::filesystem::path d(dir);
+  std::filesystem::create_directories(d);
+  TokenizerConfigOptions to;
+  to.chat_template = std::string(kLightningTemplate);
+  write_file_atomic((d / "tokenizer.json").string(), tokenizer_json);
+  write_file_atomic((d / "tokenizer_config.json").string(),
+                    make_tokenizer_config(tokenizer_json, to));
+  write_file_atomic((d / "chat_template.jinja").string(), kLightningTemplate);
+}
 
 }  // namespace nemo::text

@@ -36,6 +36,10 @@ struct TokenizerConfigOptions {
 // tokenizer_config.json text matching a tokenizer.json from train_byte_level_bpe.
 std::string make_tokenizer_config(const std::string& tokenizer_json, const TokenizerConfigOptions& opts = {});
 
+// Writes DIR/tokenizer.json, tokenizer_config.json (with the Lightning chat template) and
+// chat_template.jinja for a tokenizer.json from train_byte_level_bpe, each complete or absent.
+void write_tokenizer_dir(const std::string& dir, const std::string& tokenizer_json);
+
 // The Nemotron 3.5 Lightning chat template (byte-identical copy, embedded in the library).
 std::string_view nemotron_lightning_chat_template();
 

@@ -28,9 +28,10 @@ class CliTest:
         return r
 
     def expect_error(self, name, args, needles, env=None):
-        """Exit 1 with one `error: ` message holding every needle; returns the result."""
+        """Exit 1 with one `error: ` message (notes may come before it) holding every needle."""
         r = self.run(args, env=env)
-        ok = r.returncode == 1 and r.stderr.startswith("error: ") and all(n in r.stderr for n in needles)
+        errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+        ok = r.returncode == 1 and len(errors) == 1 and all(n in r.stderr for n in needles)
         self.check(name, ok, f"rc={r.returncode} stderr={r.stderr!r}")
         return r
 

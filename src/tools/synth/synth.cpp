@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "base/numeric.h"
 #include "base/random.h"
@@ -493,16 +494,8 @@ std::string dump_json_hf(const Json& j) {
   return s + "\n";
 }
 
-// Written to PATH.tmp and renamed: a file is either the old one, absent, or complete.
 void write_text(const fs::path& p, const std::string& text) {
-  const fs::path tmp = p.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << text;
-    f.flush();
-    if (!f) fail("{}: write failed", tmp.string());
-  }
-  fs::rename(tmp, p);
+  write_file_atomic(p.string(), text);
 }
 
 // The tokenizer files of `from` (tokenizer.json required), copied; absent optional ones are
@@ -654,12 +647,8 @@ void write_checkpoint(const io::ModelConfig& c, const std::string& dir, const Sy
   } else if (opt.tokenizer) {
     // A real byte-level BPE tokenizer with the model's vocabulary size (Nemotron's special-token
     // ids: <s> 1, </s> 2, <|im_start|> 10, <|im_end|> 11), and the Lightning chat template.
-    const std::string tj = text::train_byte_level_bpe(training_corpus(), int(c.vocab_size), text::nemotron_special_tokens());
-    write_text(fs::path(dir) / "tokenizer.json", tj);
-    text::TokenizerConfigOptions to;
-    to.chat_template = std::string(text::nemotron_lightning_chat_template());
-    write_text(fs::path(dir) / "tokenizer_config.json", text::make_tokenizer_config(tj, to));
-    write_text(fs::path(dir) / "chat_template.jinja", std::string(text::nemotron_lightning_chat_template()));
+    text::write_tokenizer_dir(dir, text::train_byte_level_bpe(training_corpus(), int(c.vocab_size),
+                                                              text::nemotron_special_tokens()));
   }
   json gen = {{"_from_model_config", true}, {"bos_token_id", c.bos_token_id.value_or(1)}};
   if (c.eos_token_ids.size() == 1) gen["eos_token_id"] = c.eos_token_ids[0];
