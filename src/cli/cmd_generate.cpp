@@ -136,6 +136,7 @@ std::vector<Command> make_generate_commands() {
       std::fprintf(stderr, "spec: drafter %s, draft-max %d\n", engine::spec_mode_name(g.mode()), g.draft_max());
       std::fputs(s.spec.summary().c_str(), stderr);
     }
+    std::fflush(stdout);  // the text before the comparison's stderr lines
     if (ro->vs_plain) return compare_with_plain(*m, threads_of(f.threads), req, g, s, out_tokens);
     return 0;
   };

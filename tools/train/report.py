@@ -46,15 +46,37 @@ def engine_ce(nemotron, model, windows, work):
     return tot / cnt
 
 
+def reference_ce(work, windows):
+    """The same cross-entropy from the f32 PyTorch reference on the trained f32 weights (before export)."""
+    import torch
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+    import nemotron_ref as nref
+    d = os.path.join(work, "target-f32")
+    m = nref.NemotronH(json.load(open(os.path.join(d, "config.json"))),
+                       nref.read_safetensors(os.path.join(d, "model.safetensors")))
+    m.scan_chunk = 64
+    tot, cnt = 0.0, 0
+    with torch.no_grad():
+        for w in windows:
+            lg = m.forward(w[:-1].tolist(), m.new_state())
+            tot += torch.nn.functional.cross_entropy(lg, torch.from_numpy(w[1:]), reduction="sum").item()
+            cnt += len(w) - 1
+    return tot / cnt
+
+
 def prompt_files(work, n, chars=600):
-    """n held-out prompts: the first `chars` characters of held-out files (whole lines)."""
+    """n held-out prompts: `chars` characters (whole lines) of held-out files, from the first function definition
+    past a third of the file (code, not the license header), one per file."""
     c = json.load(open(os.path.join(work, "corpus.json")))
     out = []
     for f in c["heldout"]:
         text = open(f, encoding="utf-8", errors="replace").read()
-        if len(text) < 2 * chars:
+        at = text.find("\n    def ", len(text) // 3)
+        if at < 0:
+            at = text.find("\ndef ", len(text) // 3)
+        if at < 0 or len(text) - at < 2 * chars:
             continue
-        cut = text[:chars]
+        cut = text[at + 1:at + 1 + chars]
         cut = cut[:cut.rfind("\n") + 1] or cut
         p = os.path.join(work, f"prompt_{len(out)}.txt")
         open(p, "w").write(cut)
@@ -73,7 +95,9 @@ def run(a, logj):
     hist = logj.get("target", [])
     evals = [r for r in hist if "heldout_ce" in r]
     if evals:
-        rep["heldout_ce_f32_training"] = evals[-1]["heldout_ce"]
+        rep["heldout_ce_f32_training_eval"] = evals[-1]["heldout_ce"]   # its own windows
+    rep["heldout_ce_f32_reference"] = reference_ce(work, wins)            # the report's windows
+    print(f"held-out CE f32 reference: {rep['heldout_ce_f32_reference']:.3f}", flush=True)
     for name in ("tiny-code", "tiny-code-bf16"):
         ce = engine_ce(nem, os.path.join(out, name), wins, work)
         rep[f"heldout_ce_{name}"] = ce
@@ -123,7 +147,7 @@ def plot(logj, rep, path):
         h = logj.get(k, [])
         if h:
             ax[0].plot([r["step"] for r in h], [r["loss"] for r in h], lw=0.8,
-                       label=f"{'MTP distill' if k == 'mtp' else k} soft CE (own steps)")
+                       label=f"{'MTP distill' if k == 'mtp' else k} CE vs the target's greedy token (own steps)")
     ax[0].set_xlabel("optimizer step")
     ax[0].set_ylabel("nats / token")
     ax[0].set_ylim(0, 8)

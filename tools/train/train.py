@@ -231,6 +231,14 @@ def soft_ce(logits, target_probs):
     return -(target_probs * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
 
 
+def distill_ce(logits, probs, greedy, hard):
+    """Towards the frozen target's output at those rows: its greedy token (hard: what greedy verification accepts)
+    or its whole distribution (soft)."""
+    if hard:
+        return torch.nn.functional.cross_entropy(logits, greedy)
+    return soft_ce(logits, probs)
+
+
 def cosine_lr(step, total, peak, warm):
     if step < warm:
         return peak * (step + 1) / warm
@@ -238,8 +246,9 @@ def cosine_lr(step, total, peak, warm):
 
 
 def make_opt(params, lr):
-    decay = [p for n, p in params.items() if p.dim() >= 2]
-    rest = [p for n, p in params.items() if p.dim() < 2]
+    """AdamW; matrices decay, except a drafter's embedding (frozen rows must stay the target's)."""
+    decay = [p for n, p in params.items() if p.dim() >= 2 and n != "embed_tokens.weight"]
+    rest = [p for n, p in params.items() if p.dim() < 2 or n == "embed_tokens.weight"]
     return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
                              lr=lr, betas=(0.9, 0.95))
 
@@ -404,7 +413,7 @@ def target_pass(tg, seq, taps):
         return torch.softmax(lg, -1), lg.argmax(-1), h, d
 
 
-def mtp_distill_loss(tg, probs, greedy, h, depth=3):
+def mtp_distill_loss(tg, probs, greedy, h, hard, depth=3):
     """Chained MTP (the engine drafts with it 3 deep): depth d reads (h^(d-1)_i, g_{i+d}) and is trained towards the
     target's distribution of row i+d. g = the target's own greedy tokens (what is committed under greedy decoding)."""
     T = h.shape[0]
@@ -412,12 +421,12 @@ def mtp_distill_loss(tg, probs, greedy, h, depth=3):
     for d in range(1, depth + 1):
         n = T - d
         lg, hp = tg.mtp_step(hs[:n], greedy[d - 1:d - 1 + n].tolist(), tg.new_mtp_state())
-        loss = loss + soft_ce(lg, probs[d:d + n]) / depth
+        loss = loss + distill_ce(lg, probs[d:d + n], greedy[d:d + n], hard) / depth
         hs = hp
     return loss
 
 
-def drafter_loss(dr, seq, probs, greedy, taps, anchors):
+def drafter_loss(dr, seq, probs, greedy, taps, anchors, hard):
     """Block of [anchor x_p, MASK x 7] at positions p..p+7 over context rows 0..p-1; slot k is trained towards the
     target's distribution of the token at p+k (row p+k-1). DSpark's Markov prev: anchor, then the previous slot's
     target-greedy token."""
@@ -432,7 +441,7 @@ def drafter_loss(dr, seq, probs, greedy, taps, anchors):
             prev = torch.cat([seq[p:p + 1], greedy[p:p + Q - 2]])   # slot k's prev = greedy token at p+k-1
             w1 = dr.W("markov_head.markov_w1.weight")[prev]
             base = base + w1 @ dr.W("markov_head.markov_w2.weight").t()
-        loss = loss + soft_ce(base, probs[p:p + Q - 1]) / len(anchors)
+        loss = loss + distill_ce(base, probs[p:p + Q - 1], greedy[p:p + Q - 1], hard) / len(anchors)
     return loss
 
 
@@ -442,7 +451,20 @@ def stage_drafters(a, logj):
     tg.scan_chunk = 64
     train = load_ids(a, "train")
     T = a.seq
-    # 1) MTP distillation: only mtp.* trains
+    kinds = a.drafters.split(",")
+    if "mtp" in kinds:
+        tt = distill_mtp(a, logj, tcfg, tg, train, T)
+        tg = nref.NemotronH(tcfg, tt)
+        tg.scan_chunk = 64
+    else:
+        tt = tg.t
+    # 2) DFlash and DSpark
+    for kind in [k for k in kinds if k in ("dflash", "dspark")]:
+        train_block_drafter(a, logj, kind, tcfg, tt, tg, train, T)
+
+
+def distill_mtp(a, logj, tcfg, tg, train, T):
+    """MTP distillation: only mtp.* trains."""
     mp = {k: torch.nn.Parameter(v) for k, v in tg.t.items() if k.startswith("mtp.") and
           not k.endswith("e_score_correction_bias")}
     tg.t.update(mp)
@@ -456,58 +478,58 @@ def stage_drafters(a, logj):
         tot = 0.0
         for seq in batches(train, T, a.batch, rng):
             probs, greedy, h, _ = target_pass(tg, seq[:T], [])
-            loss = mtp_distill_loss(tg, probs, greedy, h)
+            loss = mtp_distill_loss(tg, probs, greedy, h, a.hard)
             (loss / a.batch).backward()
             tot += loss.item() / a.batch
         torch.nn.utils.clip_grad_norm_(list(mp.values()), 1.0)
         opt.step()
         hist.append({"step": step + 1, "loss": tot, "s": time.time() - t0})
         if (step + 1) % a.eval_every == 0 or step + 1 == a.mtp_steps:
-            log(f"mtp distill step {step + 1}/{a.mtp_steps}: soft CE {tot:.3f}, {time.time() - t0:.0f} s")
+            log(f"mtp distill step {step + 1}/{a.mtp_steps}: CE {tot:.3f}, {time.time() - t0:.0f} s")
     logj["mtp"] = hist
     tt = {k: v.detach() for k, v in tg.t.items()}
     save_dense(os.path.join(a.work, "target-f32"), tcfg, tt, tok=os.path.join(a.work, "tokenizer"))
-    tg = nref.NemotronH(tcfg, tt)
-    tg.scan_chunk = 64
-    # 2) DFlash and DSpark
-    for kind in ("dflash", "dspark"):
-        cfg = drafter_config(kind, tcfg)
-        t = init_drafter(cfg, tt, a.seed + (2 if kind == "dflash" else 3))
-        params = {k: torch.nn.Parameter(v) for k, v in t.items()}
-        dr = dref.Drafter(cfg, params, tg, dtype=torch.float32)
-        for k in params:
-            assert dr.t[k] is params[k], k
-        emb = params["embed_tokens.weight"]
-        keep = torch.zeros(emb.shape[0], 1)
-        keep[MASK_ID] = 1.0
-        emb.register_hook(lambda g: g * keep)      # train_embed_tokens false: only the mask row moves
-        opt = make_opt(params, a.lr)
-        rng = np.random.default_rng(a.seed + 4)
-        hist, t0 = [], time.time()
-        steps = a.drafter_steps
-        for step in range(steps):
-            for gp in opt.param_groups:
-                gp["lr"] = cosine_lr(step, steps, a.lr, 10)
-            opt.zero_grad(set_to_none=True)
-            tot = 0.0
-            for seq in batches(train, T, a.batch, rng):
-                seq = seq[:T]
-                probs, greedy, _, taps = target_pass(tg, seq, DRAFT_TAPS)
-                anchors = sorted(rng.choice(np.arange(8, T - DRAFT_BLOCK), size=a.anchors, replace=False).tolist())
-                loss = drafter_loss(dr, seq, probs, greedy, taps, anchors)
-                (loss / a.batch).backward()
-                tot += loss.item() / a.batch
-            torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
-            opt.step()
-            hist.append({"step": step + 1, "loss": tot, "s": time.time() - t0})
-            if (step + 1) % a.eval_every == 0 or step + 1 == steps:
-                log(f"{kind} step {step + 1}/{steps}: soft CE {tot:.3f}, {time.time() - t0:.0f} s")
-        logj[kind] = hist
-        d = os.path.join(a.work, f"{kind}-f32")
-        os.makedirs(d, exist_ok=True)
-        nref.write_safetensors(os.path.join(d, "model.safetensors"),
-                               {k: v.detach().contiguous() for k, v in sorted(params.items())})
-        json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=2)
+    return tt
+
+
+def train_block_drafter(a, logj, kind, tcfg, tt, tg, train, T):
+    cfg = drafter_config(kind, tcfg)
+    t = init_drafter(cfg, tt, a.seed + (2 if kind == "dflash" else 3))
+    params = {k: torch.nn.Parameter(v) for k, v in t.items()}
+    dr = dref.Drafter(cfg, params, tg, dtype=torch.float32)
+    for k in params:
+        assert dr.t[k] is params[k], k
+    emb = params["embed_tokens.weight"]
+    keep = torch.zeros(emb.shape[0], 1)
+    keep[MASK_ID] = 1.0
+    emb.register_hook(lambda g: g * keep)      # train_embed_tokens false: only the mask row moves
+    opt = make_opt(params, a.lr)
+    rng = np.random.default_rng(a.seed + 4)
+    hist, t0 = [], time.time()
+    steps = a.drafter_steps
+    for step in range(steps):
+        for gp in opt.param_groups:
+            gp["lr"] = cosine_lr(step, steps, a.lr, 10)
+        opt.zero_grad(set_to_none=True)
+        tot = 0.0
+        for seq in batches(train, T, a.batch, rng):
+            seq = seq[:T]
+            probs, greedy, _, taps = target_pass(tg, seq, DRAFT_TAPS)
+            anchors = sorted(rng.choice(np.arange(8, T - DRAFT_BLOCK), size=a.anchors, replace=False).tolist())
+            loss = drafter_loss(dr, seq, probs, greedy, taps, anchors, a.hard)
+            (loss / a.batch).backward()
+            tot += loss.item() / a.batch
+        torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
+        opt.step()
+        hist.append({"step": step + 1, "loss": tot, "s": time.time() - t0})
+        if (step + 1) % a.eval_every == 0 or step + 1 == steps:
+            log(f"{kind} step {step + 1}/{steps}: CE {tot:.3f}, {time.time() - t0:.0f} s")
+    logj[kind] = hist
+    d = os.path.join(a.work, f"{kind}-f32")
+    os.makedirs(d, exist_ok=True)
+    nref.write_safetensors(os.path.join(d, "model.safetensors"),
+                           {k: v.detach().contiguous() for k, v in sorted(params.items())})
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=2)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -541,11 +563,15 @@ def main(argv=None):
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--target-steps", type=int, default=500)
+    ap.add_argument("--target-steps", type=int, default=600)
     ap.add_argument("--mtp-steps", type=int, default=60)
     ap.add_argument("--drafter-steps", type=int, default=150)
     ap.add_argument("--anchors", type=int, default=12, help="drafter blocks per training window")
     ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--drafters", default="mtp,dflash,dspark", help="which drafters the drafters stage trains")
+    ap.add_argument("--soft", dest="hard", action="store_false",
+                    help="drafters towards the target's whole distribution instead of its greedy token")
+    ap.add_argument("--only", action="store_true", help="run just --stage, not the stages after it")
     a = ap.parse_args(argv)
     if a.smoke:
         a.seq, a.batch, a.target_steps, a.mtp_steps, a.drafter_steps, a.anchors, a.eval_every = 64, 2, 6, 2, 2, 3, 3
@@ -556,7 +582,7 @@ def main(argv=None):
     logj["args"] = vars(a)
     order = ["corpus", "tokenizer", "target", "drafters", "export", "report"]
     t0 = time.time()
-    for st in order[order.index(a.stage):]:
+    for st in order[order.index(a.stage):order.index(a.stage) + 1 if a.only else None]:
         ts = time.time()
         if st == "corpus":
             stage_corpus(a)
@@ -571,8 +597,15 @@ def main(argv=None):
         elif st == "report":
             import report
             report.run(a, logj)
-        logj.setdefault("stage_seconds", {})[st] = time.time() - ts
-        json.dump(logj, open(lp, "w"), indent=1)
+        logj.setdefault("stage_seconds", {})[st + ("" if st != "drafters" else ":" + a.drafters)] = time.time() - ts
+        # merge into the file: two --stage drafters runs (e.g. --drafters mtp,dflash and --drafters dspark) may share it
+        cur = json.load(open(lp)) if os.path.exists(lp) else {}
+        for k, v in logj.items():
+            if isinstance(v, dict) and isinstance(cur.get(k), dict):
+                cur[k].update(v)
+            else:
+                cur[k] = v
+        json.dump(cur, open(lp, "w"), indent=1)
     log(f"done in {time.time() - t0:.0f} s")
 
 
