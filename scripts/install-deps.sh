@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Installs every build and test dependency on Debian 12 (bookworm). Idempotent: does nothing
-# when everything is present. Runs as root (CI) or through sudo.
+# Installs what building and running nemotron needs on Debian 12 (bookworm); with --test, also the
+# test-only tools (GoogleTest, Google Benchmark, python3-torch/numpy/jinja2/matplotlib for the
+# PyTorch oracle and tools/train, and the npm cross-check deps). Idempotent: does nothing when
+# everything is present. Runs as root (CI) or through sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(
   build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libfmt-dev libcli11-dev libpcre2-dev libcpp-httplib-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-numpy python3-torch python3-jinja2
 )
+test=0
+[ "${1:-}" = "--test" ] && test=1
+if ((test)); then
+  PKGS+=(libgtest-dev libgmock-dev libbenchmark-dev
+         python3 python3-numpy python3-torch python3-jinja2 python3-matplotlib)
+fi
 # nodejs/npm (test-only) are checked by command, not package, in install-text-deps.sh.
 
 missing=()
@@ -25,6 +31,6 @@ if ((${#missing[@]})); then
 fi
 
 # Test-only JavaScript tools (tokenizer cross-check), when that part of the tree is present.
-if [ -x scripts/install-text-deps.sh ]; then
+if ((test)) && [ -x scripts/install-text-deps.sh ]; then
   scripts/install-text-deps.sh
 fi

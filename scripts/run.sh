@@ -3,8 +3,8 @@
 # Without arguments it generates text with the trained default model, models/tiny-code (nothing to download).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh >&2
-scripts/build.sh release >&2
+scripts/install-deps.sh >&2      # build and run dependencies only (the tests' come with scripts/test.sh)
+scripts/build.sh app >&2
 if [ $# -eq 0 ]; then
   # The trained default model (models/tiny-code, docs/MODELS.md) writes Python; --vs-plain decodes
   # again without speculation and reports the speedup and that the greedy output is bitwise the same.

@@ -5,7 +5,7 @@
 # Prints the ctest summaries; exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh --test
 scripts/install-server-test-deps.sh  # test-only: chromium, curl, npm deps of tests/server/js
 jobs=${NEMOTRON_JOBS:-$(nproc)}
 
