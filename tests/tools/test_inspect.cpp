@@ -492,7 +492,9 @@ TEST(Inspect, SynthFormatsAndDrafters) {
     // Same model, other storage: the logical parameter counts do not change.
     EXPECT_EQ(r.params.total, base.params.total);
     EXPECT_EQ(r.params.active_per_token, base.params.active_per_token);
-    if (r.mtp.tensors > 0) EXPECT_EQ(r.params.mtp_total, base.params.mtp_total);
+    if (r.mtp.tensors > 0) {
+      EXPECT_EQ(r.params.mtp_total, base.params.mtp_total);
+    }
     EXPECT_EQ(r.state.fixed(), base.state.fixed());
   }
   for (const char* kind : {"dflash", "dspark"}) {
