@@ -292,3 +292,41 @@ TEST(SpeculativeSampling, ChiSquareRejectsABiasedDecoder) {
   std::printf("biased decoder: token 2 chi2 %.1f over %d cells, p = %.3g\n", chi2, cells, p2);
   EXPECT_LT(p2, 1e-6) << "the chi-square test did not detect a biased decoder: chi2 " << chi2 << " over " << cells;
 }
+
+// MTP drafts through the real decode loop, sampled: the first three tokens still follow the
+// target's distribution exactly. On the trained family (models/tiny-code), whose MTP head predicts,
+// so drafts are accepted and rejected (on random weights its drafts are never accepted and the
+// residual path would go untested).
+TEST(SpeculativeSampling, MtpDraftsKeepTheTargetDistribution) {
+  static const auto m = model::NemotronH::load(std::string(NEMOTRON_SOURCE_DIR) + "/models/tiny-code");
+  ASSERT_TRUE(model::MtpHead::present(*m));
+  const SamplingParams sp = first_three_sampling();
+  // "class Queue:\n    def __init__(self" in the family's tokenizer.
+  const std::vector<int32_t> prompt = {533, 50, 99, 354, 354, 289, 276, 368, 544, 690, 589, 295};
+  const Joint exact = exact_first_three(*m, prompt, sp);
+  const int N = 3000;
+  SpecRequest req = first_three_request();
+  req.prompt = prompt;
+  std::map<std::vector<int32_t>, int> counts;
+  int64_t drafted = 0, accepted = 0;
+  for (int i = 0; i < N; ++i) {
+    req.sampling.seed = uint64_t(5000 + i);
+    MtpDrafter d(*m, ThreadConfig{1});
+    SpecRun r = run(*m, req, &d);
+    ASSERT_EQ(r.tokens.size(), 3u);
+    counts[r.tokens]++;
+    drafted += r.stats.drafted;
+    accepted += r.stats.accepted;
+  }
+  std::printf("mtp drafts: %lld drafted, %lld accepted\n", (long long)drafted, (long long)accepted);
+  EXPECT_GT(accepted, drafted / 10) << "the trained MTP head's drafts must be accepted often";
+  EXPECT_LT(accepted, drafted) << "some drafts must be rejected for the residual path to be tested";
+  for (auto [mask, what] : {std::pair{1, "token 1"}, {2, "token 2"}, {4, "token 3"}, {7, "joint"}}) {
+    for (auto& [t, c] : counts) ASSERT_TRUE(exact.count(t)) << "sampled a sequence outside the target's support";
+    double chi2 = 0;
+    int cells = 0;
+    const double pv = chi2_pvalue(exact, counts, N, mask, &chi2, &cells);
+    std::printf("mtp drafts, %s: chi2 %.1f over %d cells, p = %.3g\n", what, chi2, cells, pv);
+    EXPECT_GT(pv, 0.001) << what << ": chi2 " << chi2 << " over " << cells << " cells";
+  }
+}
