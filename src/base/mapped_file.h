@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace nemo {
 
@@ -20,6 +21,8 @@ class MappedFile {
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
+  // The bytes as characters (text files).
+  std::string_view text() const { return {reinterpret_cast<const char*>(data_), size_}; }
   const std::string& path() const { return path_; }
 
  private:

@@ -2,13 +2,13 @@
 // (verify-width cost curve, rollback cost, speedup per drafter and γ), measured side by side.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/mapped_file.h"
 #include "base/memory.h"
 #include "base/threads.h"
 #include "cli/commands.h"
@@ -119,9 +119,10 @@ struct Bench {
   size_t state_bytes = 0;
   double decode_tok_s = 0;
 
-  engine::GenerateRequest request(int64_t max_tokens) const {
+  engine::GenerateRequest request(int64_t max_tokens) const { return request(max_tokens, prompt); }
+  static engine::GenerateRequest request(int64_t max_tokens, const std::vector<int32_t>& p) {
     engine::GenerateRequest r;  // greedy, no stop tokens
-    r.prompt = prompt;
+    r.prompt = p;
     r.max_tokens = max_tokens;
     return r;
   }
@@ -284,9 +285,7 @@ struct Bench {
     int64_t plain_tokens = 0;
     const auto& ps = prompts.empty() ? std::vector<std::vector<int32_t>>{prompt} : prompts;
     for (size_t pi = 0; pi < ps.size(); ++pi) {
-      engine::GenerateRequest req;  // greedy, no stop tokens
-      req.prompt = ps[pi];
-      req.max_tokens = std::max<int64_t>(2, o.gen);
+      const auto req = request(std::max<int64_t>(2, o.gen), ps[pi]);
       std::vector<int32_t> script;
       engine::Generator plain_gen(m, tc);
       if (pi == 0) plain_gen.generate(req, [](int32_t) { return true; });  // warm-up
@@ -491,11 +490,7 @@ std::vector<Command> make_bench_command() {
       const text::TextCodec codec(dir->path, m->config().vocab_size);
       if (!codec.has_tokenizer()) fail("--prompt-file: {} has no tokenizer.json", dir->path);
       for (const auto& f : bo->prompt_files) {
-        std::ifstream in(f, std::ios::binary);
-        if (!in) fail("--prompt-file {}: cannot read", f);
-        std::stringstream ss;
-        ss << in.rdbuf();
-        auto ids = codec.encode(ss.str());
+        auto ids = codec.encode(MappedFile(f).text());
         if (ids.empty()) fail("--prompt-file {}: no tokens", f);
         if (int64_t(ids.size()) > bo->prompt) ids.resize(size_t(bo->prompt));  // the first --prompt-tokens
         b.prompts.push_back(std::move(ids));

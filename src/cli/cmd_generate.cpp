@@ -29,6 +29,11 @@ namespace {
 
 ThreadConfig threads_of(int n) { return ThreadConfig{n > 0 ? n : default_thread_count()}; }
 
+// Decode speed: tokens after the first (which the prefill decides) over the decode time.
+double decode_tok_s(const engine::GenerateStats& s) {
+  return s.generated_tokens > 1 ? double(s.generated_tokens - 1) / s.decode_seconds : 0.0;
+}
+
 }  // namespace
 
 // `run --vs-plain`: the same request decoded again without speculation, side by side. Greedy
@@ -48,13 +53,11 @@ int compare_with_plain(const model::NemotronH& m, ThreadConfig tc, const engine:
     plain_tokens.push_back(t);
     return true;
   });
-  auto tps = [](const engine::GenerateStats& r) {
-    return r.generated_tokens > 1 ? double(r.generated_tokens - 1) / r.decode_seconds : 0.0;
-  };
+  const double spec_tps = decode_tok_s(spec), plain_tps = decode_tok_s(p);
   std::fprintf(stderr, "speculation %s (draft-max %d): accept length %.2f, %.0f%% of drafts accepted; %.1f tok/s vs "
                        "%.1f tok/s plain: %.2fx\n",
                mode, spec_gen.draft_max(), spec.spec.mean_accept_length(), 100.0 * spec.spec.acceptance_rate(),
-               tps(spec), tps(p), tps(p) > 0 ? tps(spec) / tps(p) : 0.0);
+               spec_tps, plain_tps, plain_tps > 0 ? spec_tps / plain_tps : 0.0);
   if (!req.sampling.greedy()) {
     std::fprintf(stderr, "sampled: speculation keeps the target's distribution, not the same draws (not compared)\n");
     return 0;
@@ -130,8 +133,7 @@ std::vector<Command> make_generate_commands() {
     if (ro->stats)
       std::fprintf(stderr, "prompt %lld tok in %.3f s (%.1f tok/s); generated %lld tok in %.3f s (%.2f tok/s)\n",
                    (long long)s.prompt_tokens, s.prefill_seconds, double(s.prompt_tokens) / s.prefill_seconds,
-                   (long long)s.generated_tokens, s.decode_seconds,
-                   s.generated_tokens > 1 ? double(s.generated_tokens - 1) / s.decode_seconds : 0.0);
+                   (long long)s.generated_tokens, s.decode_seconds, decode_tok_s(s));
     if (ro->spec_stats) {
       std::fprintf(stderr, "spec: drafter %s, draft-max %d\n", engine::spec_mode_name(g.mode()), g.draft_max());
       std::fputs(s.spec.summary().c_str(), stderr);

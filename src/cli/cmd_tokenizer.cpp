@@ -26,10 +26,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::string_view text_of(const MappedFile& f) {
-  return {reinterpret_cast<const char*>(f.data()), f.size()};
-}
-
 int train(const std::vector<std::string>& corpora, int vocab, const std::string& out) {
   auto t0 = std::chrono::steady_clock::now();
   std::string corpus;
@@ -37,7 +33,7 @@ int train(const std::vector<std::string>& corpora, int vocab, const std::string&
     const MappedFile f(path);
     // Files are joined at line breaks so no word spans two of them.
     if (!corpus.empty() && corpus.back() != '\n') corpus += '\n';
-    corpus.append(text_of(f));
+    corpus.append(f.text());
   }
   std::fprintf(stderr, "tokenizer: read %zu file(s), %.2f MB in %.2f s; training vocab %d...\n",
                corpora.size(), double(corpus.size()) / 1e6, seconds_since(t0), vocab);
@@ -74,8 +70,7 @@ int encode(const std::string& dir, const std::vector<std::string>& files, const 
   for (size_t i = 0; i < files.size(); ++i) {
     const MappedFile in(files[i]);
     ids.clear();
-    tok.encode_into(text_of(in), ids,
-                    {.add_special_tokens = false, .parse_special = parse_special});
+    tok.encode_into(in.text(), ids, {.add_special_tokens = false, .parse_special = parse_special});
     bytes += in.size();
     tokens += ids.size();
     ids.push_back(*eos);

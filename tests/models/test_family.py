@@ -15,9 +15,12 @@ default     `nemotron run` with no --model uses models/tiny-code and prints read
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
+
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -82,21 +85,18 @@ def greedy_choices(nem, model, ids):
                 "-t", "2"])
         if r.returncode != 0:
             return None
-        import numpy as np
         V = json.load(open(prefix + ".json"))["vocab"]
         lg = np.fromfile(prefix + ".f32", dtype="<f4").reshape(-1, V)[:len(ids)]
         return lg.argmax(-1)
 
 
 def prompt_ids(nem):
-    """Token ids of the first 2 prompts through the family's tokenizer (the server-free way: `run --ids`
-    prints ids, so ask the tokenizer by encoding the prompt files)."""
+    """The first 256 token ids of the first 2 prompts in the family's tokenizer (`nemotron tokenizer encode`)."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "p.u32")
         r = sh([nem, "tokenizer", "encode", "--tokenizer", FAM, "--out", out] + PROMPTS[:2])
         if r.returncode != 0:
             return []
-        import numpy as np
         ids = np.fromfile(out, dtype="<u4").tolist()
         return ids[:256]
 
@@ -142,7 +142,7 @@ def test_default(nem):
     frac = readable(out)
     check(f"readable output ({frac:.3f} printable ASCII)", frac >= 0.97, repr(out[:200]))
     check("looks like Python", any(k in out for k in ("self", "return", " = ", "def ", "(", ":")), repr(out[:200]))
-    check("speedup reported", "plain:" in r.stderr and "x" in r.stderr, r.stderr[-300:])
+    check("speedup reported", re.search(r"tok/s plain: \d+\.\d\dx", r.stderr) is not None, r.stderr[-300:])
     check("bitwise equal to plain decoding", "identical to plain decoding: yes, bitwise" in r.stderr, r.stderr[-300:])
     print(out)
     print(r.stderr)

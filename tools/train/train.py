@@ -6,7 +6,8 @@ Stages (each writes into --work; `--stage` reruns from one of them):
   tokenizer  a byte-level BPE (`nemotron tokenizer train`) and the encoded corpus (`nemotron tokenizer encode`)
   target     the Nemotron-H target with its MTP head, trained jointly: next-token CE + 0.3 x MTP CE
   drafters   the target frozen; the MTP head distilled further (chained 3 deep), then a DFlash and a DSpark drafter,
-             all against the target's own output distributions on the corpus (soft cross-entropy)
+             all towards the target's own greedy token at each row of the corpus (cross-entropy; `--soft`: towards
+             its whole distribution)
   export     dense f32 checkpoints -> `nemotron convert` -> ModelOpt MIXED_PRECISION, dense bf16, W4A16 NVFP4 drafters
   report     held-out perplexity, acceptance vs gamma with the C++ engine, plot.png, log.json
 
