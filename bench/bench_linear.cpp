@@ -1,8 +1,9 @@
 // Linear-kernel microbenchmarks. Reported bytes/s = resident weight bytes streamed per call
 // (PackedWeight::bytes()), the number that matters for decode, which is memory bound.
 //   nemotron_microbench --benchmark_filter=Linear
-// Args: rows (batch), threads. Shapes are Lightning's: expert down_proj [2688, 1856],
-// lm_head [131072, 2688], Mamba in_proj [10304, 2688] (FP8).
+// Args: rows (batch), threads, ISA (0 reference, 1 avx2, 2 avx512; runs only those the CPU has),
+// so the paths are measured side by side in one run. Shapes are Lightning's: expert down_proj
+// [2688, 1856], lm_head [131072, 2688], Mamba in_proj [10304, 2688] (FP8).
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -67,7 +68,8 @@ Weights make(WeightFormat f, int64_t rows, int64_t cols) {
       }
       break;
     }
-    default: break;
+    default:
+      break;
   }
   m.w.data = m.data.data();
   m.w.scales = m.scales.empty() ? nullptr : m.scales.data();
@@ -79,6 +81,10 @@ void run(benchmark::State& st, WeightFormat f, int64_t rows, int64_t cols) {
   const Weights m = make(f, rows, cols);
   const int64_t n = st.range(0);
   const ThreadConfig tc{int(st.range(1))};
+  const Isa isa = Isa(st.range(2));
+  if (isa > detected_isa()) return st.SkipWithError("ISA not available on this CPU");
+  set_active_isa(isa);
+  st.SetLabel(isa_name(isa));
   std::vector<float> x(size_t(n * cols)), y(size_t(n * rows));
   std::mt19937 g(1);
   std::normal_distribution<float> nd;
@@ -89,13 +95,15 @@ void run(benchmark::State& st, WeightFormat f, int64_t rows, int64_t cols) {
     benchmark::ClobberMemory();
   }
   st.SetBytesProcessed(int64_t(st.iterations()) * m.w.bytes());
-  st.counters["GFLOP/s"] = benchmark::Counter(double(2 * n * rows * cols) * double(st.iterations()),
-                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  st.counters["GFLOP/s"] =
+      benchmark::Counter(double(2 * n * rows * cols) * double(st.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
 void args(benchmark::internal::Benchmark* b) {
-  for (int rows : {1, 8})
-    for (int threads : {1, 2}) b->Args({rows, threads});
+  for (int rows : {1, 2, 4, 8})
+    for (int threads : {1, 2})
+      for (int isa : {1, 2}) b->Args({rows, threads, isa});
   b->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 
@@ -105,7 +113,8 @@ BENCHMARK_CAPTURE(run, Linear_nvfp4_2688x1856, WeightFormat::NVFP4, 2688, 1856)-
 BENCHMARK_CAPTURE(run, Linear_nvfp4_131072x2688, WeightFormat::NVFP4, 131072, 2688)->Apply(args);
 BENCHMARK_CAPTURE(run, Linear_fp8_10304x2688, WeightFormat::FP8_E4M3, 10304, 2688)->Apply(args);
 BENCHMARK_CAPTURE(run, Linear_affine4_2688x1856, WeightFormat::AFFINE4, 2688, 1856)->Apply(args);
-BENCHMARK_CAPTURE(run, Linear_affine4_131072x2688, WeightFormat::AFFINE4, 131072, 2688)->Apply(args);
+BENCHMARK_CAPTURE(run, Linear_affine4_131072x2688, WeightFormat::AFFINE4, 131072, 2688)
+    ->Apply(args);
 BENCHMARK_CAPTURE(run, Linear_affine8_10304x2688, WeightFormat::AFFINE8, 10304, 2688)->Apply(args);
 BENCHMARK_CAPTURE(run, Linear_bf16_10304x2688, WeightFormat::BF16, 10304, 2688)->Apply(args);
 BENCHMARK_CAPTURE(run, Linear_nvfp4_256x1856_L2, WeightFormat::NVFP4, 256, 1856)->Apply(args);

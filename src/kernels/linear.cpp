@@ -11,13 +11,20 @@ namespace nemo::kernels {
 
 const char* weight_format_name(WeightFormat f) {
   switch (f) {
-    case WeightFormat::F32: return "f32";
-    case WeightFormat::BF16: return "bf16";
-    case WeightFormat::F16: return "f16";
-    case WeightFormat::NVFP4: return "nvfp4";
-    case WeightFormat::FP8_E4M3: return "fp8_e4m3";
-    case WeightFormat::AFFINE4: return "affine4";
-    case WeightFormat::AFFINE8: return "affine8";
+    case WeightFormat::F32:
+      return "f32";
+    case WeightFormat::BF16:
+      return "bf16";
+    case WeightFormat::F16:
+      return "f16";
+    case WeightFormat::NVFP4:
+      return "nvfp4";
+    case WeightFormat::FP8_E4M3:
+      return "fp8_e4m3";
+    case WeightFormat::AFFINE4:
+      return "affine4";
+    case WeightFormat::AFFINE8:
+      return "affine8";
   }
   return "?";
 }
@@ -25,22 +32,31 @@ const char* weight_format_name(WeightFormat f) {
 int64_t PackedWeight::bytes() const {
   const int64_t n = rows * cols;
   switch (format) {
-    case WeightFormat::F32: return n * 4;
+    case WeightFormat::F32:
+      return n * 4;
     case WeightFormat::BF16:
-    case WeightFormat::F16: return n * 2;
-    case WeightFormat::FP8_E4M3: return n;
-    case WeightFormat::NVFP4: return n / 2 + n / 16;
-    case WeightFormat::AFFINE4: return n / 2 + 4 * (group ? n / group : 0);
-    case WeightFormat::AFFINE8: return n + 4 * (group ? n / group : 0);
+    case WeightFormat::F16:
+      return n * 2;
+    case WeightFormat::FP8_E4M3:
+      return n;
+    case WeightFormat::NVFP4:
+      return n / 2 + n / 16;
+    case WeightFormat::AFFINE4:
+      return n / 2 + 4 * (group ? n / group : 0);
+    case WeightFormat::AFFINE8:
+      return n + 4 * (group ? n / group : 0);
   }
   return 0;
 }
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::Reference: return "reference";
-    case Isa::Avx2: return "avx2";
-    case Isa::Avx512: return "avx512";
+    case Isa::Reference:
+      return "reference";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
   }
   return "?";
 }
@@ -49,13 +65,22 @@ Isa detected_isa() {
   static const Isa isa = [] {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl"))
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
       return Isa::Avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
       return Isa::Avx2;
     return Isa::Reference;
   }();
   return isa;
+}
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> v;
+  for (int i = 0; i <= int(detected_isa()); ++i) v.push_back(Isa(i));
+  return v;
 }
 
 namespace {
@@ -66,7 +91,9 @@ std::atomic<int>& active_isa_slot() {
 }
 }  // namespace
 
-Isa active_isa() { return Isa(active_isa_slot().load(std::memory_order_relaxed)); }
+Isa active_isa() {
+  return Isa(active_isa_slot().load(std::memory_order_relaxed));
+}
 void set_active_isa(Isa isa) {
   if (int(isa) > int(detected_isa())) isa = detected_isa();
   active_isa_slot().store(int(isa));
@@ -86,19 +113,29 @@ void linear(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_str
   // (a fork/join costs far more than the work when the machine is oversubscribed).
   const int64_t per_out = std::max<int64_t>(1, w.cols * n_rows);
   const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 18) / per_out);
-  parallel_for(tc, w.rows, grain, [&](int64_t b, int64_t e) { fn(w, x, n_rows, x_stride, y, y_stride, b, e); });
+  parallel_for(tc, w.rows, grain,
+               [&](int64_t b, int64_t e) { fn(w, x, n_rows, x_stride, y, y_stride, b, e); });
 }
 
 void dequantize_row(const PackedWeight& w, int64_t o, float* out) {
   switch (w.format) {
     case WeightFormat::F32:
     case WeightFormat::BF16:
-    case WeightFormat::F16: detail::dequantize_row_dense(w, o, out); return;
-    case WeightFormat::NVFP4: detail::dequantize_row_nvfp4(w, o, out); return;
-    case WeightFormat::FP8_E4M3: detail::dequantize_row_fp8(w, o, out); return;
+    case WeightFormat::F16:
+      detail::dequantize_row_dense(w, o, out);
+      return;
+    case WeightFormat::NVFP4:
+      detail::dequantize_row_nvfp4(w, o, out);
+      return;
+    case WeightFormat::FP8_E4M3:
+      detail::dequantize_row_fp8(w, o, out);
+      return;
     case WeightFormat::AFFINE4:
-    case WeightFormat::AFFINE8: detail::dequantize_row_affine(w, o, out); return;
-    default: fail("dequantize_row: format {} not supported", weight_format_name(w.format));
+    case WeightFormat::AFFINE8:
+      detail::dequantize_row_affine(w, o, out);
+      return;
+    default:
+      fail("dequantize_row: format {} not supported", weight_format_name(w.format));
   }
 }
 
@@ -107,12 +144,21 @@ RangeFn select_range_fn(WeightFormat f, Isa isa) {
   switch (f) {
     case WeightFormat::F32:
     case WeightFormat::BF16:
-    case WeightFormat::F16: return isa >= Isa::Avx2 ? range_dense_avx2 : range_dense_ref;
-    case WeightFormat::NVFP4: return isa >= Isa::Avx2 ? range_nvfp4_avx2 : range_nvfp4_ref;
-    case WeightFormat::FP8_E4M3: return isa >= Isa::Avx2 ? range_fp8_avx2 : range_fp8_ref;
+    case WeightFormat::F16:
+      return isa >= Isa::Avx2 ? range_dense_avx2 : range_dense_ref;
+    case WeightFormat::NVFP4:
+      return isa >= Isa::Avx512 ? range_nvfp4_avx512
+             : isa >= Isa::Avx2 ? range_nvfp4_avx2
+                                : range_nvfp4_ref;
+    case WeightFormat::FP8_E4M3:
+      return isa >= Isa::Avx512 ? range_fp8_avx512
+             : isa >= Isa::Avx2 ? range_fp8_avx2
+                                : range_fp8_ref;
     case WeightFormat::AFFINE4:
-    case WeightFormat::AFFINE8: return isa >= Isa::Avx2 ? range_affine_avx2 : range_affine_ref;
-    default: fail("linear: weight format {} has no kernel", weight_format_name(f));
+    case WeightFormat::AFFINE8:
+      return isa >= Isa::Avx2 ? range_affine_avx2 : range_affine_ref;
+    default:
+      fail("linear: weight format {} has no kernel", weight_format_name(f));
   }
 }
 }  // namespace detail

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/threads.h"
 
@@ -40,8 +41,11 @@ struct PackedWeight {
 
 // Which implementation family runs. Chosen once per process (run-time CPU detection) and
 // overridable for tests. Reference = portable scalar code, the oracle for the SIMD variants.
+// Avx2 = AVX2+FMA+F16C; Avx512 = F/BW/VL/DQ/VBMI as well (Ice Lake, Sapphire Rapids, Zen 4 and
+// later). A format without kernels of an ISA runs its best lower one.
 enum class Isa : uint8_t { Reference, Avx2, Avx512 };
 Isa detected_isa();
+std::vector<Isa> available_isas();  // Reference .. detected_isa(), ascending (tests cover each)
 Isa active_isa();
 void set_active_isa(Isa isa);  // for tests/benchmarks; clamps to what the CPU supports
 const char* isa_name(Isa isa);

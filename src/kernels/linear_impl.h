@@ -17,9 +17,11 @@ void dequantize_row_dense(const PackedWeight& w, int64_t o, float* out);
 // linear_packed.h). AFFINE covers AFFINE4 and AFFINE8.
 void range_nvfp4_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
 void range_nvfp4_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
+void range_nvfp4_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
 void dequantize_row_nvfp4(const PackedWeight& w, int64_t o, float* out);
 void range_fp8_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
 void range_fp8_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
+void range_fp8_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
 void dequantize_row_fp8(const PackedWeight& w, int64_t o, float* out);
 void range_affine_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
 void range_affine_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);

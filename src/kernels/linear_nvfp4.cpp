@@ -18,7 +18,7 @@ namespace nemo::kernels::detail {
 namespace {
 
 // E2M1 as used by the kernels: ModelOpt's table (+0 for code 8).
-constexpr float kE2m1Kernel[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+constexpr float kE2m1Kernel[16] = {0.0f, 0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                    0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 struct Nvfp4Ref {
@@ -57,7 +57,9 @@ struct Nvfp4Ref {
 // value in the top byte of its element's dword (sign included) = 2*E2M1 * 2^24 as int32, which
 // converts exactly. The scale table holds E4M3 * 2^-25, so the product is E2M1 * E4M3, exact.
 // Shuffle control placing source byte `s` in the top byte of a dword (other bytes zeroed).
-constexpr int top(int s) { return int((unsigned(s) << 24) | 0xFFFFFFu); }
+constexpr int top(int s) {
+  return int((unsigned(s) << 24) | 0xFFFFFFu);
+}
 
 struct Nvfp4Avx2 : Nvfp4Ref {
   const float* scaled = nullptr;
@@ -76,15 +78,19 @@ struct Nvfp4Avx2 : Nvfp4Ref {
   }
   void prefetch(int64_t k, int64_t ahead) const {
     _mm_prefetch(reinterpret_cast<const char*>(rd + ahead * (K / 2) + (k >> 1)), _MM_HINT_T0);
-    if ((k & 1023) == 0) _mm_prefetch(reinterpret_cast<const char*>(rs + ahead * (K / 16) + (k >> 4)), _MM_HINT_T0);
+    if ((k & 1023) == 0)
+      _mm_prefetch(reinterpret_cast<const char*>(rs + ahead * (K / 16) + (k >> 4)), _MM_HINT_T0);
   }
   // Constants are literals (not members) so the four decoders of a tile share their registers.
   void decode16(int64_t k, __m256& w0, __m256& w1) const {
-    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,  //
-                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i lut =
+        _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,  //
+                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
     // Per lane after the shift: bytes 0-7 = codes of elements 0,2,..,14; bytes 8-15 = 1,3,..,15.
-    const __m256i place0 = _mm256_setr_epi32(top(0), top(8), top(1), top(9), top(2), top(10), top(3), top(11));
-    const __m256i place1 = _mm256_setr_epi32(top(4), top(12), top(5), top(13), top(6), top(14), top(7), top(15));
+    const __m256i place0 =
+        _mm256_setr_epi32(top(0), top(8), top(1), top(9), top(2), top(10), top(3), top(11));
+    const __m256i place1 =
+        _mm256_setr_epi32(top(4), top(12), top(5), top(13), top(6), top(14), top(7), top(15));
     int64_t q;
     std::memcpy(&q, rd + (k >> 1), 8);
     const __m256i b = _mm256_srlv_epi64(_mm256_set1_epi64x(q), _mm256_setr_epi64x(0, 4, 0, 4));
@@ -97,15 +103,50 @@ struct Nvfp4Avx2 : Nvfp4Ref {
 
 #pragma GCC pop_options
 
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")
+
+// Two shuffles per 16 weights: the 8 code bytes are broadcast to every qword (a load, no ALU);
+// VPMULTISHIFTQB moves nibble l into the low bits of dword lane l (qword j holds lanes 2j and
+// 2j+1: bit offsets 8j and 8j+4); VPERMPS reads only those low 4 bits as a table index, giving
+// E2M1 directly in canonical order. One exact multiply by the block's E4M3 scale.
+struct Nvfp4Avx512 : Nvfp4Ref {
+  void prefetch(int64_t k, int64_t ahead) const {
+    _mm_prefetch(reinterpret_cast<const char*>(rd + ahead * (K / 2) + (k >> 1)), _MM_HINT_T0);
+    if ((k & 1023) == 0)
+      _mm_prefetch(reinterpret_cast<const char*>(rs + ahead * (K / 16) + (k >> 4)), _MM_HINT_T0);
+  }
+  __m512 decode16z(int64_t k) const {
+    const __m512i ctrl =
+        _mm512_set_epi64(0x3C00000038, 0x3400000030, 0x2C00000028, 0x2400000020,  //
+                         0x1C00000018, 0x1400000010, 0x0C00000008, 0x0400000000);
+    const __m512 lut = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,  //
+                                      0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+    int64_t q;
+    std::memcpy(&q, rd + (k >> 1), 8);
+    const __m512i idx =
+        _mm512_maskz_multishift_epi64_epi8(~__mmask64(0), ctrl, _mm512_set1_epi64(q));
+    return _mm512_mul_ps(_mm512_maskz_permutexvar_ps(0xFFFF, idx, lut),
+                         _mm512_set1_ps(e4m3[rs[k >> 4]]));
+  }
+};
+
+#pragma GCC pop_options
+
 }  // namespace
 
-void range_nvfp4_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
-                     int64_t y_stride, int64_t o_begin, int64_t o_end) {
+void range_nvfp4_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                        float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
+  packed::range_avx512<Nvfp4Avx512>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+}
+
+void range_nvfp4_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                     float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
   packed::range_ref<Nvfp4Ref>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
-void range_nvfp4_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
-                      int64_t y_stride, int64_t o_begin, int64_t o_end) {
+void range_nvfp4_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                      float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
   packed::range_avx2<Nvfp4Avx2>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 

@@ -4,10 +4,9 @@
 // Canonical order for one (row r, output o), identical for every ISA, tile and thread split:
 //   w'[k] = the format's exact f32 "kernel weight" (decoder.at(k)); the per-tensor factor is
 //           left out of it and applied once at the end as `post`.
-//   acc[0..15] = +0; for k in steps of 16 (k < K16 = K - K%16): acc[l] = fma(w'[k+l], x[k+l], acc[l])
-//   v[l] = acc[l] + acc[l+8] (l < 8); s = hsum8_fixed(v)
-//   t = +0; for k in [K16, K): t = fma(w'[k], x[k], t)
-//   y = (s + t) * post
+//   acc[0..15] = +0; for k in steps of 16 (k < K16 = K - K%16): acc[l] = fma(w'[k+l], x[k+l],
+//   acc[l]) v[l] = acc[l] + acc[l+8] (l < 8); s = hsum8_fixed(v) t = +0; for k in [K16, K): t =
+//   fma(w'[k], x[k], t) y = (s + t) * post
 // This is the dense kernels' order applied to w', so y == dense(w') * post bitwise.
 //
 // Decoder interface (D):
@@ -111,17 +110,20 @@ inline void row1_x1(const PackedWeight& w, const float* x, float* y, int64_t o) 
 }
 
 template <class D>
-inline void rows_fused(const PackedWeight& w, const float* x, float* y, int64_t o_begin, int64_t o_end) {
+inline void rows_fused(const PackedWeight& w, const float* x, float* y, int64_t o_begin,
+                       int64_t o_end) {
   int64_t o = o_begin;
   for (; o + 2 <= o_end; o += 2) row1_x2<D>(w, x, y, o);
   for (; o < o_end; ++o) row1_x1<D>(w, x, y, o);
 }
 
 // Four rows x one output over an already decoded f32 weight row (the batched path).
-inline void tile_f32_r4(const float* wr, int64_t K, float post, const float* x, int64_t xs, float* y, int64_t ys) {
+inline void tile_f32_r4(const float* wr, int64_t K, float post, const float* x, int64_t xs,
+                        float* y, int64_t ys) {
   const int64_t K16 = K - K % 16;
   const float *x0 = x, *x1 = x + xs, *x2 = x + 2 * xs, *x3 = x + 3 * xs;
-  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
+         a30 = a00, a31 = a00;
   for (int64_t k = 0; k < K16; k += 16) {
     const __m256 w0 = _mm256_loadu_ps(wr + k), w1 = _mm256_loadu_ps(wr + k + 8);
     a00 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + k), a00);
@@ -146,7 +148,8 @@ inline void tile_f32_r4(const float* wr, int64_t K, float post, const float* x, 
   y[3 * ys] = fin(x3, a30, a31);
 }
 
-inline void tile_f32_r2(const float* wr, int64_t K, float post, const float* x, int64_t xs, float* y, int64_t ys) {
+inline void tile_f32_r2(const float* wr, int64_t K, float post, const float* x, int64_t xs,
+                        float* y, int64_t ys) {
   const int64_t K16 = K - K % 16;
   const float *x0 = x, *x1 = x + xs;
   __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
@@ -185,14 +188,14 @@ inline void tile_f32_r1(const float* wr, int64_t K, float post, const float* x, 
 // One row: decode and multiply in registers. Several rows: decode a block of outputs once into
 // an L2-resident f32 buffer, then run every row tile over it (same lanes, same order).
 template <class D>
-void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y, int64_t ys,
-                int64_t o_begin, int64_t o_end) {
+void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
+                int64_t ys, int64_t o_begin, int64_t o_end) {
   if (n_rows <= 0 || o_begin >= o_end) return;
   if (n_rows == 1) return rows_fused<D>(w, x, y, o_begin, o_end);
   const int64_t K = w.cols, K16 = K - K % 16;
   // Output block: ~192 KB of decoded f32 weights, reused by every row tile while in L2.
-  const int64_t ob = std::min(o_end - o_begin,
-                              std::clamp<int64_t>((192 * 1024) / (4 * std::max<int64_t>(K, 1)), 1, 256));
+  const int64_t ob = std::min(
+      o_end - o_begin, std::clamp<int64_t>((192 * 1024) / (4 * std::max<int64_t>(K, 1)), 1, 256));
   const std::unique_ptr<float[]> buf(new float[size_t(ob * K)]);  // fully written before read
   float post[256];
   D d;
@@ -221,6 +224,95 @@ void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x
     for (; r < n_rows; ++r)
       for (int64_t o = o0; o < o1; ++o)
         tile_f32_r1(buf.get() + (o - o0) * K, K, post[o - o0], x + r * xs, y + r * ys + o);
+  }
+}
+
+#pragma GCC pop_options
+
+// ---- AVX-512: weights decoded once per 16 k, in registers, for every row of a tile ----
+// One zmm accumulator holds acc[0..15] of one (row, output) pair, so the canonical order above is
+// the natural one: v = low half + high half, then hsum8_fixed. A tile of R rows x O outputs
+// decodes O 16-weight vectors per k step and issues R*O FMAs with them: the decode cost (the
+// compute-bound part of the packed formats) is paid once per tile instead of once per row, and
+// the weights are read from memory once per output block however many rows share the pass.
+//
+// AVX-512 decoders add: __m512 decode16z(int64_t k) const   // w'[k..k+15]
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")
+
+// (r, o) finish: the canonical v / hsum8_fixed / tail / post sequence.
+template <class D>
+inline float finish_z(const D& d, __m512 acc, const float* xr, int64_t K16, int64_t K) {
+  alignas(32) float v[8];
+  _mm256_store_ps(v, _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, acc, 0),
+                                   _mm512_maskz_extractf32x8_ps(0xFF, acc, 1)));
+  float t = 0.0f;
+  for (int64_t k = K16; k < K; ++k) t = std::fma(d.at(k), xr[k], t);
+  return (hsum8_fixed(v) + t) * d.post();
+}
+
+// R rows x O outputs [o, o+O). Accumulators are a fixed-size array indexed by compile-time
+// constants after unrolling, so they live in registers (R*O <= 16 of the 32 zmm).
+template <class D, int R, int O>
+inline void tile_z(const PackedWeight& w, const float* x, int64_t xs, float* y, int64_t ys,
+                   int64_t o) {
+  const int64_t K = w.cols, K16 = K - K % 16;
+  D d[O];
+  for (int j = 0; j < O; ++j) d[j].init(w), d[j].row(o + j);
+  __m512 acc[R][O];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K16; k += 16) {
+    if ((k & 63) == 0)
+      for (int j = 0; j < O; ++j) d[j].prefetch(k, O);
+    __m512 wv[O];
+    for (int j = 0; j < O; ++j) wv[j] = d[j].decode16z(k);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + r * xs + k);
+      for (int j = 0; j < O; ++j) acc[r][j] = _mm512_fmadd_ps(wv[j], xv, acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < O; ++j) y[r * ys + o + j] = finish_z(d[j], acc[r][j], x + r * xs, K16, K);
+}
+
+// Tiles of up to 4 rows x 4 outputs: 16 accumulators, and each decoded vector and each loaded
+// activation feeds 4 FMAs (8-row tiles measured slower: accumulators and loads outgrow the
+// registers and load ports).
+template <class D, int R>
+inline void rows_z(const PackedWeight& w, const float* x, int64_t xs, float* y, int64_t ys,
+                   int64_t o_begin, int64_t o_end) {
+  int64_t o = o_begin;
+  for (; o + 4 <= o_end; o += 4) tile_z<D, R, 4>(w, x, xs, y, ys, o);
+  for (; o < o_end; ++o) tile_z<D, R, 1>(w, x, xs, y, ys, o);
+}
+
+// Up to 4 rows: one pass over the weights. More rows: output blocks small enough to stay in L2
+// (~64 KB of packed weights) are swept by every 4-row group in turn, so memory is read once.
+template <class D>
+void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
+                  int64_t ys, int64_t o_begin, int64_t o_end) {
+  if (n_rows <= 0 || o_begin >= o_end) return;
+  const auto rows = [&](int64_t r0, int64_t o0, int64_t o1) {
+    const float* xr = x + r0 * xs;
+    float* yr = y + r0 * ys;
+    switch (std::min<int64_t>(4, n_rows - r0)) {
+      case 1:
+        return rows_z<D, 1>(w, xr, xs, yr, ys, o0, o1);
+      case 2:
+        return rows_z<D, 2>(w, xr, xs, yr, ys, o0, o1);
+      case 3:
+        return rows_z<D, 3>(w, xr, xs, yr, ys, o0, o1);
+      default:
+        return rows_z<D, 4>(w, xr, xs, yr, ys, o0, o1);
+    }
+  };
+  if (n_rows <= 4) return rows(0, o_begin, o_end);
+  const int64_t row_bytes = std::max<int64_t>(1, w.bytes() / std::max<int64_t>(1, w.rows));
+  const int64_t ob = std::clamp<int64_t>((64 * 1024) / row_bytes, 4, 1024) & ~int64_t(3);
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
+    const int64_t o1 = std::min(o_end, o0 + ob);
+    for (int64_t r = 0; r < n_rows; r += 4) rows(r, o0, o1);
   }
 }
 

@@ -16,12 +16,17 @@ using namespace nemo::kernels;
 
 namespace {
 
-uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
-float fbits(uint32_t u) { return std::bit_cast<float>(u); }
+uint32_t bits(float f) {
+  return std::bit_cast<uint32_t>(f);
+}
+float fbits(uint32_t u) {
+  return std::bit_cast<float>(u);
+}
 
 // Equal bit patterns, with +0 and -0 treated as equal (formats.md §2.3).
 ::testing::AssertionResult same_bits(float got, uint32_t want) {
-  if (bits(got) == want || (got == 0.0f && fbits(want) == 0.0f)) return ::testing::AssertionSuccess();
+  if (bits(got) == want || (got == 0.0f && fbits(want) == 0.0f))
+    return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << std::hex << "got 0x" << bits(got) << " want 0x" << want;
 }
 
@@ -31,7 +36,8 @@ int ulp_diff(float a, float b) {
   return std::abs(ia - ib);
 }
 
-PackedWeight nvfp4_view(const std::vector<uint8_t>& w, const std::vector<uint8_t>& s, float s2, int64_t rows) {
+PackedWeight nvfp4_view(const std::vector<uint8_t>& w, const std::vector<uint8_t>& s, float s2,
+                        int64_t rows) {
   PackedWeight p;
   p.format = WeightFormat::NVFP4;
   p.rows = rows;
@@ -50,7 +56,7 @@ TEST(FormatVectors, E2M1Packing) {
   struct Case {
     uint8_t byte;
     float lo, hi;
-  } cases[] = {{0x00, 0, 0},      {0x21, 0.5f, 1.0f}, {0x10, 0, 0.5f},    {0xF7, 6.0f, -6.0f},
+  } cases[] = {{0x00, 0, 0},         {0x21, 0.5f, 1.0f},  {0x10, 0, 0.5f},    {0xF7, 6.0f, -6.0f},
                {0x8A, -1.0f, -0.0f}, {0x5B, -1.5f, 3.0f}, {0xC4, 2.0f, -2.0f}};
   for (const auto& c : cases) {
     EXPECT_EQ(e2m1_to_f32(c.byte & 15), c.lo) << std::hex << int(c.byte);
@@ -68,7 +74,7 @@ TEST(FormatVectors, E2M1Packing) {
   for (int k = 0; k < 16; ++k) {
     std::vector<float> x(16, 0.0f);
     x[k] = 1.0f;
-    for (Isa isa : {Isa::Reference, detected_isa()}) {
+    for (Isa isa : available_isas()) {
       float y = NAN;
       linear_range(p, x.data(), 1, 16, &y, 1, 0, 1, isa);
       EXPECT_EQ(y, want[k]) << k << " " << isa_name(isa);
@@ -81,16 +87,18 @@ TEST(FormatVectors, E2M1Encode) {
   struct Case {
     float x;
     uint8_t code;
-  } cases[] = {{0.0f, 0},   {0.25f, 0},  {0.2500001f, 1}, {0.5f, 1},   {0.75f, 2},  {1.0f, 2},  {1.25f, 2},
-               {1.3f, 3},   {1.75f, 4},  {2.5f, 4},       {2.6f, 5},   {3.5f, 6},   {5.0f, 6},  {5.01f, 7},
-               {100.0f, 7}, {-0.1f, 8},  {-0.75f, 10},    {-6.0f, 15}, {-0.0f, 0},  {-3.5f, 14}};
+  } cases[] = {{0.0f, 0},  {0.25f, 0},   {0.2500001f, 1}, {0.5f, 1},  {0.75f, 2},
+               {1.0f, 2},  {1.25f, 2},   {1.3f, 3},       {1.75f, 4}, {2.5f, 4},
+               {2.6f, 5},  {3.5f, 6},    {5.0f, 6},       {5.01f, 7}, {100.0f, 7},
+               {-0.1f, 8}, {-0.75f, 10}, {-6.0f, 15},     {-0.0f, 0}, {-3.5f, 14}};
   for (const auto& c : cases) EXPECT_EQ(f32_to_e2m1(c.x), c.code) << c.x;
   for (int c = 0; c < 16; ++c) {
     if (c != 8) EXPECT_EQ(f32_to_e2m1(e2m1_to_f32(uint8_t(c))), c);
   }
 }
 
-// formats.md §7.2: all 256 codes against an independent formula, the listed values, and MLX's f16 trick.
+// formats.md §7.2: all 256 codes against an independent formula, the listed values, and MLX's f16
+// trick.
 TEST(FormatVectors, E4M3DecodeAll256) {
   const auto& t = e4m3_table();
   for (int b = 0; b < 256; ++b) {
@@ -111,10 +119,11 @@ TEST(FormatVectors, E4M3DecodeAll256) {
   struct Case {
     uint8_t b;
     float v;
-  } listed[] = {{0x00, 0.0f},     {0x01, 0.001953125f}, {0x07, 0.013671875f}, {0x08, 0.015625f}, {0x26, 0.21875f},
-                {0x30, 0.5f},     {0x38, 1.0f},         {0x3C, 1.5f},         {0x40, 2.0f},      {0x44, 3.0f},
-                {0x2A, 0.3125f},  {0x18, 0.0625f},      {0x4C, 6.0f},         {0x50, 8.0f},      {0x66, 56.0f},
-                {0x70, 128.0f},   {0x77, 240.0f},       {0x78, 256.0f},       {0x7E, 448.0f},    {0x80, -0.0f},
+  } listed[] = {{0x00, 0.0f},     {0x01, 0.001953125f}, {0x07, 0.013671875f}, {0x08, 0.015625f},
+                {0x26, 0.21875f}, {0x30, 0.5f},         {0x38, 1.0f},         {0x3C, 1.5f},
+                {0x40, 2.0f},     {0x44, 3.0f},         {0x2A, 0.3125f},      {0x18, 0.0625f},
+                {0x4C, 6.0f},     {0x50, 8.0f},         {0x66, 56.0f},        {0x70, 128.0f},
+                {0x77, 240.0f},   {0x78, 256.0f},       {0x7E, 448.0f},       {0x80, -0.0f},
                 {0xB8, -1.0f},    {0xC4, -3.0f},        {0xFE, -448.0f}};
   for (const auto& c : listed) {
     EXPECT_EQ(t[c.b], c.v) << std::hex << int(c.b);
@@ -159,14 +168,16 @@ TEST(FormatVectors, TvNvfp4_1) {
   EXPECT_EQ(s2, 0.0025f);
   EXPECT_EQ(bits(e4m3_table()[0x3C] * s2), 0x3B75C28Fu);
   EXPECT_EQ(bits(e4m3_table()[0x26] * s2), 0x3A0F5C29u);
-  const uint32_t f32[32] = {0x00000000, 0x3AF5C28F, 0x3B75C28F, 0x3BB851EB, 0x3BF5C28F, 0x3C3851EB, 0x3C75C28F,
-                            0x3CB851EB, 0x80000000, 0xBAF5C28F, 0xBB75C28F, 0xBBB851EB, 0xBBF5C28F, 0xBC3851EB,
-                            0xBC75C28F, 0xBCB851EB, 0xBB570A3E, 0x3B570A3E, 0x00000000, 0x00000000, 0x398F5C29,
-                            0x3A0F5C29, 0xB98F5C29, 0xBA0F5C29, 0xBA8F5C29, 0x3A8F5C29, 0x3B570A3E, 0xBB0F5C29,
-                            0x80000000, 0x398F5C29, 0xBA570A3E, 0x3AD70A3E};
-  const uint16_t bf[32] = {0x0000, 0x3AF6, 0x3B76, 0x3BB8, 0x3BF6, 0x3C38, 0x3C76, 0x3CB8, 0x8000, 0xBAF6, 0xBB76,
-                           0xBBB8, 0xBBF6, 0xBC38, 0xBC76, 0xBCB8, 0xBB57, 0x3B57, 0x0000, 0x0000, 0x398F, 0x3A0F,
-                           0xB98F, 0xBA0F, 0xBA8F, 0x3A8F, 0x3B57, 0xBB0F, 0x8000, 0x398F, 0xBA57, 0x3AD7};
+  const uint32_t f32[32] = {0x00000000, 0x3AF5C28F, 0x3B75C28F, 0x3BB851EB, 0x3BF5C28F, 0x3C3851EB,
+                            0x3C75C28F, 0x3CB851EB, 0x80000000, 0xBAF5C28F, 0xBB75C28F, 0xBBB851EB,
+                            0xBBF5C28F, 0xBC3851EB, 0xBC75C28F, 0xBCB851EB, 0xBB570A3E, 0x3B570A3E,
+                            0x00000000, 0x00000000, 0x398F5C29, 0x3A0F5C29, 0xB98F5C29, 0xBA0F5C29,
+                            0xBA8F5C29, 0x3A8F5C29, 0x3B570A3E, 0xBB0F5C29, 0x80000000, 0x398F5C29,
+                            0xBA570A3E, 0x3AD70A3E};
+  const uint16_t bf[32] = {0x0000, 0x3AF6, 0x3B76, 0x3BB8, 0x3BF6, 0x3C38, 0x3C76, 0x3CB8,
+                           0x8000, 0xBAF6, 0xBB76, 0xBBB8, 0xBBF6, 0xBC38, 0xBC76, 0xBCB8,
+                           0xBB57, 0x3B57, 0x0000, 0x0000, 0x398F, 0x3A0F, 0xB98F, 0xBA0F,
+                           0xBA8F, 0x3A8F, 0x3B57, 0xBB0F, 0x8000, 0x398F, 0xBA57, 0x3AD7};
   const PackedWeight p = nvfp4_view(w, s, s2, 1);
   float out[32];
   dequantize_row(p, 0, out);
@@ -174,11 +185,12 @@ TEST(FormatVectors, TvNvfp4_1) {
     EXPECT_TRUE(same_bits(out[k], f32[k])) << "k=" << k;
     EXPECT_EQ(f32_to_bf16(out[k]) & 0x7FFF, bf[k] & 0x7FFF) << "k=" << k;
   }
-  // The kernel computes (E2M1*E4M3) * s2: within 1 ulp of the table (1 ulp at k = 16, 17, 26, 30, 31).
+  // The kernel computes (E2M1*E4M3) * s2: within 1 ulp of the table (1 ulp at k = 16, 17, 26, 30,
+  // 31).
   for (int k = 0; k < 32; ++k) {
     std::vector<float> x(32, 0.0f);
     x[k] = 1.0f;
-    for (Isa isa : {Isa::Reference, detected_isa()}) {
+    for (Isa isa : available_isas()) {
       float y = NAN;
       linear_range(p, x.data(), 1, 32, &y, 1, 0, 1, isa);
       EXPECT_LE(ulp_diff(y, fbits(f32[k])), 1) << "k=" << k << " " << isa_name(isa);
@@ -198,21 +210,24 @@ TEST(FormatVectors, TvNvfp4_2_AndMlxRequant) {
   EXPECT_EQ(e4m3_table()[0x74], 192.0f);
   const float s2 = fbits(0x38C30C31);
   EXPECT_EQ(s2, 0.25f / 2688.0f);
-  const uint32_t f32[64] = {
-      0x00000000, 0x3CC30C31, 0x3CC30C31, 0xBC124925, 0xBBC30C31, 0xBC430C31, 0x3C430C31, 0x80000000,
-      0x3C924925, 0xBD124925, 0x3D124925, 0xBB430C31, 0x3C430C31, 0xBB430C31, 0xBC124925, 0x3C124925,
-      0x3C5B6DB7, 0xBB5B6DB7, 0xBB5B6DB7, 0x3C5B6DB7, 0xBCA49249, 0xBCDB6DB7, 0x3BDB6DB7, 0xBC5B6DB7,
-      0xBD249249, 0xBC5B6DB7, 0xBC249249, 0xBCDB6DB7, 0xBCDB6DB7, 0x00000000, 0x3CA49249, 0xBB5B6DB7,
-      0xBC924925, 0x3C124925, 0x3C924925, 0xBC124925, 0x3C124925, 0x3DDB6DB8, 0x80000000, 0xBC924925,
-      0x3C124925, 0x3C124925, 0x3C924925, 0xBCDB6DB8, 0xBC124925, 0xBC924925, 0xBD124925, 0x00000000,
-      0x3C430C31, 0xBC430C31, 0x3CC30C31, 0x3C924925, 0x3C430C31, 0x3C124925, 0x3C924925, 0xBCC30C31,
-      0x3C430C31, 0x3C430C31, 0xBD124925, 0x3BC30C31, 0xBBC30C31, 0x3C924925, 0xBC124925, 0x80000000};
+  const uint32_t f32[64] = {0x00000000, 0x3CC30C31, 0x3CC30C31, 0xBC124925, 0xBBC30C31, 0xBC430C31,
+                            0x3C430C31, 0x80000000, 0x3C924925, 0xBD124925, 0x3D124925, 0xBB430C31,
+                            0x3C430C31, 0xBB430C31, 0xBC124925, 0x3C124925, 0x3C5B6DB7, 0xBB5B6DB7,
+                            0xBB5B6DB7, 0x3C5B6DB7, 0xBCA49249, 0xBCDB6DB7, 0x3BDB6DB7, 0xBC5B6DB7,
+                            0xBD249249, 0xBC5B6DB7, 0xBC249249, 0xBCDB6DB7, 0xBCDB6DB7, 0x00000000,
+                            0x3CA49249, 0xBB5B6DB7, 0xBC924925, 0x3C124925, 0x3C924925, 0xBC124925,
+                            0x3C124925, 0x3DDB6DB8, 0x80000000, 0xBC924925, 0x3C124925, 0x3C124925,
+                            0x3C924925, 0xBCDB6DB8, 0xBC124925, 0xBC924925, 0xBD124925, 0x00000000,
+                            0x3C430C31, 0xBC430C31, 0x3CC30C31, 0x3C924925, 0x3C430C31, 0x3C124925,
+                            0x3C924925, 0xBCC30C31, 0x3C430C31, 0x3C430C31, 0xBD124925, 0x3BC30C31,
+                            0xBBC30C31, 0x3C924925, 0xBC124925, 0x80000000};
   const uint16_t bf[64] = {
-      0x0000, 0x3CC3, 0x3CC3, 0xBC12, 0xBBC3, 0xBC43, 0x3C43, 0x8000, 0x3C92, 0xBD12, 0x3D12, 0xBB43, 0x3C43,
-      0xBB43, 0xBC12, 0x3C12, 0x3C5B, 0xBB5B, 0xBB5B, 0x3C5B, 0xBCA5, 0xBCDB, 0x3BDB, 0xBC5B, 0xBD25, 0xBC5B,
-      0xBC25, 0xBCDB, 0xBCDB, 0x0000, 0x3CA5, 0xBB5B, 0xBC92, 0x3C12, 0x3C92, 0xBC12, 0x3C12, 0x3DDB, 0x8000,
-      0xBC92, 0x3C12, 0x3C12, 0x3C92, 0xBCDB, 0xBC12, 0xBC92, 0xBD12, 0x0000, 0x3C43, 0xBC43, 0x3CC3, 0x3C92,
-      0x3C43, 0x3C12, 0x3C92, 0xBCC3, 0x3C43, 0x3C43, 0xBD12, 0x3BC3, 0xBBC3, 0x3C92, 0xBC12, 0x8000};
+      0x0000, 0x3CC3, 0x3CC3, 0xBC12, 0xBBC3, 0xBC43, 0x3C43, 0x8000, 0x3C92, 0xBD12, 0x3D12,
+      0xBB43, 0x3C43, 0xBB43, 0xBC12, 0x3C12, 0x3C5B, 0xBB5B, 0xBB5B, 0x3C5B, 0xBCA5, 0xBCDB,
+      0x3BDB, 0xBC5B, 0xBD25, 0xBC5B, 0xBC25, 0xBCDB, 0xBCDB, 0x0000, 0x3CA5, 0xBB5B, 0xBC92,
+      0x3C12, 0x3C92, 0xBC12, 0x3C12, 0x3DDB, 0x8000, 0xBC92, 0x3C12, 0x3C12, 0x3C92, 0xBCDB,
+      0xBC12, 0xBC92, 0xBD12, 0x0000, 0x3C43, 0xBC43, 0x3CC3, 0x3C92, 0x3C43, 0x3C12, 0x3C92,
+      0xBCC3, 0x3C43, 0x3C43, 0xBD12, 0x3BC3, 0xBBC3, 0x3C92, 0xBC12, 0x8000};
   const PackedWeight p = nvfp4_view(w, s, s2, 1);
   float out[64];
   dequantize_row(p, 0, out);
@@ -275,7 +290,7 @@ TEST(FormatVectors, Fp8WeightAndStaticActivation) {
   for (int k = 0; k < 8; ++k) {
     std::vector<float> x(8, 0.0f);
     x[k] = 1.0f;
-    for (Isa isa : {Isa::Reference, detected_isa()}) {
+    for (Isa isa : available_isas()) {
       float y = NAN;
       linear_range(p, x.data(), 1, 8, &y, 1, 0, 1, isa);
       EXPECT_TRUE(same_bits(y, want[k])) << k << " " << isa_name(isa);
@@ -317,11 +332,12 @@ TEST(FormatVectors, MlxAffineGroups) {
   }
   {  // TV-MLX-2: Gaussian x0.02, BF16 inputs
     const uint16_t in[64] = {
-        0x37CE, 0x3BC4, 0xBBB4, 0xBC92, 0xBC15, 0xBCA2, 0x3A9E, 0x3CDC, 0xBC21, 0xBC4B, 0x3C21, 0x3BEA, 0x3B0A,
-        0xBC98, 0xBA19, 0x3C64, 0xBCDC, 0xBC16, 0xBD1C, 0xBCD3, 0xBD17, 0xBB9A, 0xBCD0, 0x3BB2, 0x3B4D, 0xBB75,
-        0xBD4E, 0xBC31, 0xBA7E, 0x3B15, 0xBCFB, 0xBC1D, 0xBCA0, 0xBC85, 0x3CAE, 0xBC84, 0xBA2B, 0x3C91, 0xBC3F,
-        0xBB12, 0x3B11, 0x3AA7, 0xBCC9, 0x3AC8, 0x3CDF, 0xBCFD, 0x3C8D, 0x3B1C, 0xBC52, 0x3D24, 0x3C7A, 0xBCC4,
-        0x3AC3, 0x3C3D, 0xBB77, 0x3C60, 0xBAAE, 0x3C5B, 0x3CEC, 0xBC5D, 0x3B85, 0xBC18, 0x3B27, 0xBCC3};
+        0x37CE, 0x3BC4, 0xBBB4, 0xBC92, 0xBC15, 0xBCA2, 0x3A9E, 0x3CDC, 0xBC21, 0xBC4B, 0x3C21,
+        0x3BEA, 0x3B0A, 0xBC98, 0xBA19, 0x3C64, 0xBCDC, 0xBC16, 0xBD1C, 0xBCD3, 0xBD17, 0xBB9A,
+        0xBCD0, 0x3BB2, 0x3B4D, 0xBB75, 0xBD4E, 0xBC31, 0xBA7E, 0x3B15, 0xBCFB, 0xBC1D, 0xBCA0,
+        0xBC85, 0x3CAE, 0xBC84, 0xBA2B, 0x3C91, 0xBC3F, 0xBB12, 0x3B11, 0x3AA7, 0xBCC9, 0x3AC8,
+        0x3CDF, 0xBCFD, 0x3C8D, 0x3B1C, 0xBC52, 0x3D24, 0x3C7A, 0xBCC4, 0x3AC3, 0x3C3D, 0xBB77,
+        0x3C60, 0xBAAE, 0x3C5B, 0x3CEC, 0xBC5D, 0x3B85, 0xBC18, 0x3B27, 0xBCC3};
     std::vector<float> w(64);
     for (int i = 0; i < 64; ++i) w[i] = bf16_to_f32(in[i]);
     const AffineQuantized a = quantize_affine(w, 1, 64, 4, 64);
@@ -338,10 +354,12 @@ TEST(FormatVectors, MlxAffineGroups) {
     dequantize_row(a8.view(), 0, deq);
     const float s8 = std::fabs(bf16_to_f32(a8.scales[0]));
     EXPECT_NEAR(s8, 0.0904f / 255.0f, 0.0904f / 255.0f * 0.01f);
-    for (int i = 0; i < 64; ++i) EXPECT_NEAR(deq[i], w[i], s8 + 255.0f * s8 / 256.0f + 0.051f / 256.0f) << i;
+    for (int i = 0; i < 64; ++i)
+      EXPECT_NEAR(deq[i], w[i], s8 + 255.0f * s8 / 256.0f + 0.051f / 256.0f) << i;
     // The edge element (the minimum here) is exact up to the BF16 rounding of the bias.
     EXPECT_EQ(deq[26], bf16_to_f32(a8.biases[0]));
   }
 }
 
-// formats.md §7.7 is the GPU swizzle; the CPU kernels read the linear layout and need none (no test).
+// formats.md §7.7 is the GPU swizzle; the CPU kernels read the linear layout and need none (no
+// test).

@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -59,7 +60,8 @@ std::unique_ptr<Case> make_nvfp4(int64_t rows, int64_t cols, uint32_t seed) {
   for (int64_t o = 0; o < rows; ++o)
     for (int64_t k = 0; k < cols; ++k) {
       const uint8_t b = c->data[size_t(o * cols / 2 + k / 2)];
-      c->kernel_w[size_t(o * cols + k)] = e2m1[k & 1 ? b >> 4 : b & 15] * t[c->scales[size_t(o * cols / 16 + k / 16)]];
+      c->kernel_w[size_t(o * cols + k)] =
+          e2m1[k & 1 ? b >> 4 : b & 15] * t[c->scales[size_t(o * cols / 16 + k / 16)]];
     }
   return c;
 }
@@ -80,8 +82,8 @@ std::unique_ptr<Case> make_fp8(int64_t rows, int64_t cols, uint32_t seed) {
 std::unique_ptr<Case> make_affine(int64_t rows, int64_t cols, int bits, int group, uint32_t seed) {
   std::mt19937 g(seed);
   auto c = std::make_unique<Case>();
-  c->name = "affine" + std::to_string(bits) + " g" + std::to_string(group) + " " + std::to_string(rows) + "x" +
-            std::to_string(cols);
+  c->name = "affine" + std::to_string(bits) + " g" + std::to_string(group) + " " +
+            std::to_string(rows) + "x" + std::to_string(cols);
   c->data.resize(static_cast<size_t>(rows * cols * bits / 8));
   for (auto& b : c->data) b = uint8_t(g());
   const int64_t ng = rows * cols / group;
@@ -95,8 +97,14 @@ std::unique_ptr<Case> make_affine(int64_t rows, int64_t cols, int bits, int grou
     std::memcpy(&c->scales[size_t(2 * i)], &sb, 2);
     std::memcpy(&c->biases[size_t(2 * i)], &bb, 2);
   }
-  c->w = {bits == 4 ? WeightFormat::AFFINE4 : WeightFormat::AFFINE8, rows, cols, c->data.data(),
-          c->scales.data(), c->biases.data(), 1.0f, group};
+  c->w = {bits == 4 ? WeightFormat::AFFINE4 : WeightFormat::AFFINE8,
+          rows,
+          cols,
+          c->data.data(),
+          c->scales.data(),
+          c->biases.data(),
+          1.0f,
+          group};
   c->kernel_w.resize(static_cast<size_t>(rows * cols));
   for (int64_t o = 0; o < rows; ++o)
     for (int64_t k = 0; k < cols; ++k) {
@@ -150,11 +158,12 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 std::string first_diff(const std::vector<float>& a, const std::vector<float>& b) {
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
     if (std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i]))
-      return "index " + std::to_string(i) + ": " + std::to_string(a[i]) + " vs " + std::to_string(b[i]);
+      return "index " + std::to_string(i) + ": " + std::to_string(a[i]) + " vs " +
+             std::to_string(b[i]);
   return "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
 }
 
-const int64_t kRowCounts[] = {1, 2, 3, 4, 5, 6, 7, 8, 16, 17};
+const int64_t kRowCounts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 25};
 
 // Restores the process-wide ISA after a test that overrides it.
 struct IsaGuard {
@@ -166,17 +175,28 @@ struct IsaGuard {
 
 TEST(LinearPacked, SimdEqualsReferenceBitwise) {
   if (detected_isa() == Isa::Reference) GTEST_SKIP() << "no SIMD ISA on this CPU";
-  for (const auto& c : all_cases()) {
+  int checked = 0;
+  const auto cases = all_cases();
+  for (const auto& c : cases) {
     const int64_t K = c->w.cols, N = c->w.rows;
     for (int64_t n : kRowCounts) {
       const int64_t xs = K + 3, ys = N + 5;
       const auto x = rand_x(n, xs, uint32_t(n * 7 + K));
-      std::vector<float> y_ref(static_cast<size_t>(n * ys), -1.0f), y_simd(static_cast<size_t>(n * ys), -1.0f);
+      std::vector<float> y_ref(static_cast<size_t>(n * ys), -1.0f),
+          y_simd(static_cast<size_t>(n * ys), -1.0f);
       linear_range(c->w, x.data(), n, xs, y_ref.data(), ys, 0, N, Isa::Reference);
-      linear_range(c->w, x.data(), n, xs, y_simd.data(), ys, 0, N, detected_isa());
-      EXPECT_TRUE(bitwise_equal(y_ref, y_simd)) << c->name << " rows=" << n << " " << first_diff(y_ref, y_simd);
+      for (Isa isa : available_isas()) {
+        if (isa == Isa::Reference) continue;
+        ++checked;
+        std::fill(y_simd.begin(), y_simd.end(), -1.0f);
+        linear_range(c->w, x.data(), n, xs, y_simd.data(), ys, 0, N, isa);
+        EXPECT_TRUE(bitwise_equal(y_ref, y_simd))
+            << c->name << " rows=" << n << " " << isa_name(isa) << " " << first_diff(y_ref, y_simd);
+      }
     }
   }
+  std::printf("[ SIMD paths ] %s: %d comparisons\n", isa_name(detected_isa()), checked);
+  EXPECT_EQ(checked, int(cases.size() * std::size(kRowCounts) * (available_isas().size() - 1)));
 }
 
 TEST(LinearPacked, ThreadsAndRangesDoNotChangeBits) {
@@ -191,13 +211,14 @@ TEST(LinearPacked, ThreadsAndRangesDoNotChangeBits) {
       const auto x = rand_x(n, K, uint32_t(n + 100));
       std::vector<float> y_ref(static_cast<size_t>(n * N));
       linear_range(c->w, x.data(), n, K, y_ref.data(), N, 0, N, Isa::Reference);
-      for (Isa isa : {Isa::Reference, detected_isa()}) {
+      for (Isa isa : available_isas()) {
         set_active_isa(isa);
         for (int nt : {1, 2, 3}) {
           std::vector<float> y(static_cast<size_t>(n * N), NAN);
           linear(c->w, x.data(), n, K, y.data(), N, ThreadConfig{nt});
           EXPECT_TRUE(bitwise_equal(y_ref, y))
-              << c->name << " rows=" << n << " threads=" << nt << " " << isa_name(isa) << " " << first_diff(y_ref, y);
+              << c->name << " rows=" << n << " threads=" << nt << " " << isa_name(isa) << " "
+              << first_diff(y_ref, y);
         }
         // Odd output ranges (a caller partitioning work) give the same bits.
         std::vector<float> y(static_cast<size_t>(n * N), NAN);
@@ -206,7 +227,8 @@ TEST(LinearPacked, ThreadsAndRangesDoNotChangeBits) {
           linear_range(c->w, x.data(), n, K, y.data(), N, b, e, isa);
           b = e;
         }
-        EXPECT_TRUE(bitwise_equal(y_ref, y)) << c->name << " ranges " << isa_name(isa) << " " << first_diff(y_ref, y);
+        EXPECT_TRUE(bitwise_equal(y_ref, y))
+            << c->name << " ranges " << isa_name(isa) << " " << first_diff(y_ref, y);
       }
     }
   }
@@ -217,7 +239,7 @@ TEST(LinearPacked, RowAloneEqualsRowInBatch) {
   for (const auto& c : all_cases()) {
     const int64_t K = c->w.cols, N = c->w.rows, n = 17;
     const auto x = rand_x(n, K, 77);
-    for (Isa isa : {Isa::Reference, detected_isa()}) {
+    for (Isa isa : available_isas()) {
       std::vector<float> y(static_cast<size_t>(n * N));
       linear_range(c->w, x.data(), n, K, y.data(), N, 0, N, isa);
       for (int64_t r = 0; r < n; ++r) {
@@ -227,10 +249,12 @@ TEST(LinearPacked, RowAloneEqualsRowInBatch) {
             << c->name << " row " << r << " " << isa_name(isa);
         // ... and inside a batch of a different size at a different position.
         std::vector<float> x3(static_cast<size_t>(3 * K));
-        for (int j = 0; j < 3; ++j) std::memcpy(&x3[size_t(j * K)], x.data() + ((r + j) % n) * K, size_t(K) * 4);
+        for (int j = 0; j < 3; ++j)
+          std::memcpy(&x3[size_t(j * K)], x.data() + ((r + j) % n) * K, size_t(K) * 4);
         std::vector<float> y3(static_cast<size_t>(3 * N));
         linear_range(c->w, x3.data(), 3, K, y3.data(), N, 0, N, isa);
-        EXPECT_EQ(0, std::memcmp(y3.data(), y.data() + r * N, size_t(N) * 4)) << c->name << " row " << r;
+        EXPECT_EQ(0, std::memcmp(y3.data(), y.data() + r * N, size_t(N) * 4))
+            << c->name << " row " << r;
       }
     }
   }
@@ -264,7 +288,8 @@ TEST(LinearPacked, AccurateAgainstDoubleDequantized) {
           s += double(wr[k]) * x[size_t(r * K + k)];
           a += std::fabs(double(wr[k]) * x[size_t(r * K + k)]);
         }
-        EXPECT_NEAR(y[size_t(r * N + o)], s, 4e-6 * a + 1e-30) << c->name << " o=" << o << " r=" << r;
+        EXPECT_NEAR(y[size_t(r * N + o)], s, 4e-6 * a + 1e-30)
+            << c->name << " o=" << o << " r=" << r;
       }
     }
   }
@@ -278,8 +303,10 @@ TEST(LinearPacked, DequantizeRowMatchesKernelWeights) {
       dequantize_row(c->w, o, wr.data());
       for (int64_t k = 0; k < K; ++k) {
         const float want = c->kernel_w[size_t(o * K + k)] * c->post;
-        // NVFP4 decodes E2M1 * (E4M3 * s2) (formats.md §2.5 order): within 1 ulp of (E2M1 * E4M3) * s2.
-        EXPECT_LE(std::fabs(wr[k] - want), std::fabs(want) * 1.2e-7f) << c->name << " o=" << o << " k=" << k;
+        // NVFP4 decodes E2M1 * (E4M3 * s2) (formats.md §2.5 order): within 1 ulp of (E2M1 * E4M3) *
+        // s2.
+        EXPECT_LE(std::fabs(wr[k] - want), std::fabs(want) * 1.2e-7f)
+            << c->name << " o=" << o << " k=" << k;
       }
     }
   }
@@ -290,7 +317,7 @@ TEST(LinearPacked, NonFiniteInputsPropagate) {
     const int64_t K = c->w.cols, N = c->w.rows;
     auto x = rand_x(2, K, 3);
     x[size_t(K + K / 2)] = NAN;
-    for (Isa isa : {Isa::Reference, detected_isa()}) {
+    for (Isa isa : available_isas()) {
       std::vector<float> y(static_cast<size_t>(2 * N));
       linear_range(c->w, x.data(), 2, K, y.data(), N, 0, N, isa);
       for (int64_t o = 0; o < N; ++o) {
@@ -327,8 +354,9 @@ TEST(LinearPacked, Fp8StaticActivationParity) {
   // Row 0 element 5 saturated: x_q = 448.
   fp8_quantize_activations(x.data(), K, is, xq.data());
   EXPECT_EQ(xq[5], 448.0f);
-  EXPECT_THROW(linear_fp8_static(make_nvfp4(2, 16, 1)->w, is, x.data(), 1, K, y.data(), N, ThreadConfig{1}),
-               nemo::Error);
+  EXPECT_THROW(
+      linear_fp8_static(make_nvfp4(2, 16, 1)->w, is, x.data(), 1, K, y.data(), N, ThreadConfig{1}),
+      nemo::Error);
 }
 
 TEST(LinearPacked, Fp8NanCodesAreFoundByTheScan) {
@@ -351,7 +379,8 @@ TEST(LinearPacked, ValidatePackedWeight) {
     validate_packed_weight(w, "backbone.layers.1.mixer.experts.0.up_proj");
     FAIL();
   } catch (const nemo::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("backbone.layers.1.mixer.experts.0.up_proj"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("backbone.layers.1.mixer.experts.0.up_proj"),
+              std::string::npos);
   }
   w = c->w;
   w.cols = 24;
