@@ -19,7 +19,8 @@ rollback that is off shows as a difference from the fresh recomputation. Checked
   * every draft == argmax of the engine's own row and of the reference's row (except reference near-ties,
     margin <= --tie-tol relative, counted);
   * lossless: the emitted tokens equal the reference's greedy tokens, and the verify rows (PREFIX.f32, the rows
-    each token was decided from) match the reference's greedy rows (teacher-forced) within --target-tol;
+    each token was decided from) match the reference's greedy rows (teacher-forced) within --target-tol and are
+    bitwise the rows of the engine's plain `dump` (no speculation): the target's rollback after rejections;
   * coverage: rounds with a rejection after chained steps, and (trained model) rounds that accept part of a chain.
 Last line: `mtp-spec-oracle: P passed, F failed`; exit status 1 on any failure.
 """
@@ -88,8 +89,9 @@ def reference_rounds(model, seq, rounds):
 def check_case(case, args, model, model_dir, prompt, gamma, gen, need_partial, work):
     os.makedirs(work, exist_ok=True)
     pe = os.path.join(work, "engine")
-    cmd = [args.nemotron, "dump", "--model", model_dir, "--ids", ",".join(map(str, prompt)), "--gen", str(gen),
-           "--out", pe, "--spec", "mtp", "--draft-max", str(gamma), "--threads", str(args.threads)]
+    base = [args.nemotron, "dump", "--model", model_dir, "--ids", ",".join(map(str, prompt)), "--gen", str(gen),
+            "--threads", str(args.threads)]
+    cmd = base + ["--out", pe, "--spec", "mtp", "--draft-max", str(gamma)]
     rc, out = run_cmd(cmd, args.timeout)
     if rc != 0:
         case.fail(f"engine dump exited {rc}: {' '.join(cmd)}\n" + "\n".join("    | " + l for l in out.splitlines()[-12:]))
@@ -109,6 +111,17 @@ def check_case(case, args, model, model_dir, prompt, gamma, gen, need_partial, w
         case.fail(f"draft_mtp.f32 holds {elog.size} floats, expected {n_rows} rows x {V}")
         return None
     elog = elog.reshape(n_rows, V)
+
+    # the target's rollback after rejections: every row a token was decided from is bitwise the plain decode's row
+    pp = os.path.join(work, "plain")
+    rc, out = run_cmd(base + ["--out", pp], args.timeout)
+    if rc != 0:
+        case.fail(f"plain engine dump exited {rc}")
+        return None
+    _, ppre, pdec = ref.read_dump(pp)
+    if not (np.array_equal(epre.view(np.uint32), ppre.view(np.uint32)) and
+            np.array_equal(edec.view(np.uint32), pdec.view(np.uint32))):
+        case.fail("the speculative run's logit rows are not bitwise those of the plain (no speculation) dump")
 
     # lossless: the reference's own greedy tokens, and its rows teacher-forced with the engine's tokens
     rpre, rtoks, rdec = ref.greedy(model, prompt, gen, force_tokens=etoks)
