@@ -24,4 +24,27 @@ static size_t read_status_kb(const char* key) {
 size_t current_rss_bytes() { return read_status_kb("VmRSS:"); }
 size_t peak_rss_bytes() { return read_status_kb("VmHWM:"); }
 
+size_t mapped_rss_bytes(const std::string& path_prefix) {
+  FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (!f) return 0;
+  char line[4096];
+  size_t kb = 0;
+  bool in = false;  // inside the block of a mapping of a matching file
+  while (std::fgets(line, sizeof line, f)) {
+    // A mapping's header: "start-end perms offset dev inode [path]"; its fields follow as "Key:
+    // value".
+    const char* colon = std::strchr(line, ':');
+    const char* space = std::strchr(line, ' ');
+    if (!colon || (space && space < colon)) {
+      const char* path = std::strchr(line, '/');
+      in = path && std::strncmp(path, path_prefix.c_str(), path_prefix.size()) == 0;
+    } else if (in && std::strncmp(line, "Rss:", 4) == 0) {
+      size_t v = 0;
+      if (std::sscanf(line + 4, "%zu", &v) == 1) kb += v;
+    }
+  }
+  std::fclose(f);
+  return kb * 1024;
+}
+
 }  // namespace nemo

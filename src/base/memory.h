@@ -7,6 +7,7 @@
 #include <new>
 #include <memory>
 #include <span>
+#include <string>
 
 namespace nemo {
 
@@ -51,5 +52,8 @@ class Buffer {
 // Resident set size now and peak (VmHWM), in bytes; 0 if unavailable.
 size_t current_rss_bytes();
 size_t peak_rss_bytes();
+// Resident bytes of the mappings of files whose path starts with `path_prefix` (an absolute path;
+// from /proc/self/smaps): the pages of a mapped checkpoint this process has touched.
+size_t mapped_rss_bytes(const std::string& path_prefix);
 
 }  // namespace nemo

@@ -2,6 +2,7 @@
 // (verify-width cost curve, rollback cost, speedup per drafter and γ), measured side by side.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -171,6 +172,15 @@ struct Bench {
     j["decode_gb_s"] = dec_gb * decode_tok_s;
     j["file_gb"] = double(m.store().file_bytes()) / 1e9;
     j["state_mb"] = double(state_bytes) / 1e6;
+    // The experts this run routed to, per MoE layer (the check of tests/model/check_rss.sh).
+    nlohmann::json used = nlohmann::json::object();
+    for (const auto* prof : {&pf_prof, &dec_prof})
+      for (size_t l = 0; l < prof->experts_used.size(); ++l)
+        for (size_t e = 0; e < prof->experts_used[l].size(); ++e)
+          if (prof->experts_used[l][e]) used[std::to_string(l)][std::to_string(e)] = 1;
+    j["experts_used"] = nlohmann::json::object();
+    for (const auto& [l, es] : used.items())
+      for (const auto& [e, _] : es.items()) j["experts_used"][l].push_back(std::stoi(e));
     j["prefill_time_share"] = time_shares(pf_prof);
     if (o.gen > 0) j["decode_time_share"] = time_shares(dec_prof);
     if (o.json) return;
@@ -423,6 +433,10 @@ struct Bench {
   void memory(double load_s) {
     const double rss_gb = double(peak_rss_bytes()) / 1e9;
     j["peak_rss_gb"] = rss_gb;
+    j["rss_mb"] = double(current_rss_bytes()) / 1e6;
+    std::error_code ec;
+    const auto dir = std::filesystem::canonical(m.store().dir(), ec);
+    j["rss_checkpoint_mb"] = ec ? 0.0 : double(mapped_rss_bytes(dir.string() + "/")) / 1e6;
     if (o.json) return;
     std::printf("memory     peak RSS %.3f GB, checkpoint files %.3f GB, state %.1f MB\n", rss_gb,
                 j["file_gb"].get<double>(), double(state_bytes) / 1e6);
@@ -475,6 +489,7 @@ std::vector<Command> make_bench_command() {
   };
   v[0].run = [bo]() {
     auto dir = resolve_model_dir(bo->model);
+    const double rss_before_load = double(current_rss_bytes()) / 1e6;
     const double tl = now_seconds();
     auto m = model::NemotronH::load(dir->path, {.kv_dtype = model::parse_kv_dtype(bo->kv_cache)});
     const double load_s = now_seconds() - tl;
@@ -497,11 +512,9 @@ std::vector<Command> make_bench_command() {
       }
       b.prompt = b.prompts[0];
     }
-    b.j = {{"model", dir->path},
-           {"layers", m->config().pattern()},
-           {"threads", b.tc.n_threads},
-           {"isa", kernels::isa_name(kernels::active_isa())},
-           {"load_s", load_s}};
+    b.j = {{"model", dir->path},        {"layers", m->config().pattern()},
+           {"threads", b.tc.n_threads}, {"isa", kernels::isa_name(kernels::active_isa())},
+           {"load_s", load_s},          {"rss_before_load_mb", rss_before_load}};
     b.plain();
     if (bo->membw) b.roofline();
     if (bo->verify_curve) b.verify_curve();

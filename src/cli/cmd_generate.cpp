@@ -21,6 +21,7 @@
 #include "model/mtp.h"
 #include "model/nemotron_h.h"
 #include "speculative/dflash_drafter.h"
+#include "speculative/mtp_drafter.h"
 #include "text/text_session.h"
 
 namespace nemo::cli {
@@ -145,7 +146,7 @@ std::vector<Command> make_generate_commands() {
 
   // ---- dump (oracle contract: see tools/reference/nemotron_ref.py) ------------------------------
   struct DumpOpts {
-    std::string model, ids, out, draft;
+    std::string model, ids, out, draft, spec = "none";
     int64_t gen = 64;
     int threads = 0, draft_max = 0;
     bool mtp = false, fp8_static = false;
@@ -168,7 +169,15 @@ std::vector<Command> make_generate_commands() {
                   "Decode greedily with this DFlash / DSpark drafter (directory or name) and also "
                   "write PREFIX.draft.json, "
                   "PREFIX.draft_base.f32 and PREFIX.draft_final.f32 (every drafting round)");
-    s->add_option("--draft-max", dopt->draft_max, "Drafts per round with --draft (default: the drafter's block - 1)")
+    s->add_option(
+         "--spec", dopt->spec,
+         "none | mtp: decode greedily with the checkpoint's MTP head drafting and also write "
+         "PREFIX.draft.json and PREFIX.draft_mtp.f32 (every round's drafts and their logits)")
+        ->check(CLI::IsMember({"none", "mtp"}))
+        ->capture_default_str();
+    s->add_option("--draft-max", dopt->draft_max,
+                  "Drafts per round with --draft (default: the drafter's block - 1) or --spec mtp "
+                  "(default 3)")
         ->check(in_range(0, 15));
     *sub = s;
   };
@@ -184,8 +193,10 @@ std::vector<Command> make_generate_commands() {
     // later token was decided from (with a drafter: the verify rows, bitwise the same).
     std::unique_ptr<model::DFlashModel> draft;
     if (!dopt->draft.empty()) draft = model::DFlashModel::load(resolve_draft_dir(dopt->draft), *m);
-    engine::Generator g(*m, tc, draft ? engine::SpecMode::Auto : engine::SpecMode::None, dopt->draft_max,
-                        draft.get());
+    if (draft && dopt->spec != "none")
+      fail("dump: --draft and --spec {} exclude each other", dopt->spec);
+    const auto mode = draft ? engine::SpecMode::Auto : engine::parse_spec_mode(dopt->spec);
+    engine::Generator g(*m, tc, mode, dopt->draft_max, draft.get());
     engine::GenerateRequest req;
     req.prompt = prompt;
     req.max_tokens = std::max<int64_t>(1, dopt->gen);
@@ -197,12 +208,14 @@ std::vector<Command> make_generate_commands() {
       f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size_bytes()));
     };
     const auto* drafter = dynamic_cast<const speculative::DFlashDrafter*>(g.drafter());
-    std::optional<AtomicFile> base_out, final_out;
+    const auto* mtp = dynamic_cast<const speculative::MtpDrafter*>(g.drafter());
+    std::optional<AtomicFile> base_out, final_out, mtp_out;
     nlohmann::json rounds = nlohmann::json::array();
     if (drafter) {
       base_out.emplace(dopt->out + ".draft_base.f32");
       final_out.emplace(dopt->out + ".draft_final.f32");
     }
+    if (mtp) mtp_out.emplace(dopt->out + ".draft_mtp.f32");
     std::vector<int32_t> toks;
     int64_t proposals = 0;
     do {
@@ -214,6 +227,12 @@ std::vector<Command> make_generate_commands() {
         rounds.push_back({{"p", rd.p}, {"anchor", rd.anchor}, {"q_rows", rd.q_rows}, {"drafts", rd.drafts}});
         write(base_out->stream(), rd.base);
         write(final_out->stream(), rd.final);
+      }
+      if (mtp && mtp->proposals() > proposals) {
+        proposals = mtp->proposals();
+        const auto& rd = mtp->last_round();
+        rounds.push_back({{"p", rd.p}, {"drafts", rd.drafts}});
+        write(mtp_out->stream(), rd.logits);
       }
       for (size_t i = 0; i < step.size() && int64_t(toks.size()) < dopt->gen; ++i) {
         write(bin, prefill ? g.prompt_logits() : step[i].logits);
@@ -228,6 +247,14 @@ std::vector<Command> make_generate_commands() {
       const nlohmann::json dj = {{"kind", dc.kind},    {"gamma", g.draft_max()},
                                  {"vocab", V},         {"tap_layers", dc.target_layer_ids},
                                  {"rounds", rounds}};
+      AtomicFile f(dopt->out + ".draft.json");
+      f.stream() << dj.dump() << "\n";
+      f.commit();
+    }
+    if (mtp) {
+      mtp_out->commit();
+      const nlohmann::json dj = {
+          {"kind", "mtp"}, {"gamma", g.draft_max()}, {"vocab", V}, {"rounds", rounds}};
       AtomicFile f(dopt->out + ".draft.json");
       f.stream() << dj.dump() << "\n";
       f.commit();

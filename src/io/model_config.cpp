@@ -222,9 +222,18 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
     c.norm_topk_prob = r.boolean({"norm_topk_prob"}, true);
     c.routed_scaling_factor = float(r.num({"routed_scaling_factor"}, 1.0));
     if (c.num_experts_per_tok > c.n_routed_experts)
-      fail("{}: num_experts_per_tok ({}) > n_routed_experts ({})", src, c.num_experts_per_tok, c.n_routed_experts);
-    if (c.n_group != 1 || c.topk_group != 1)
-      fail("{}: grouped routing (n_group={}, topk_group={}) is not supported yet", src, c.n_group, c.topk_group);
+      fail("{}: num_experts_per_tok ({}) > n_routed_experts ({})", src, c.num_experts_per_tok,
+           c.n_routed_experts);
+    // Grouped routing (§5.2): whole groups of consecutive experts, at least num_experts_per_tok
+    // experts in the kept groups.
+    if (c.n_routed_experts % c.n_group)
+      fail("{}: n_routed_experts ({}) is not a multiple of n_group ({})", src, c.n_routed_experts,
+           c.n_group);
+    if (c.topk_group > c.n_group)
+      fail("{}: topk_group ({}) > n_group ({})", src, c.topk_group, c.n_group);
+    if (c.num_experts_per_tok > c.topk_group * (c.n_routed_experts / c.n_group))
+      fail("{}: num_experts_per_tok ({}) > the {} experts of topk_group ({}) groups", src,
+           c.num_experts_per_tok, c.topk_group * (c.n_routed_experts / c.n_group), c.topk_group);
     if (const json* lat = r.find({"moe_latent_size"}))
       fail("{}: moe_latent_size = {} (latent MoE) is not supported", src, lat->dump());
   }

@@ -68,7 +68,10 @@ void forward_layers(std::span<const Layer> layers, const io::ModelConfig& c, flo
         charge(&ForwardProfile::attention_s);
         break;
       case io::LayerKind::MoE:
-        moe_forward(std::get<MoEWeights>(L.mixer), c, hn.data(), T, o.data(), tc);
+        if (prof && prof->experts_used.size() < layers.size())
+          prof->experts_used.resize(layers.size());
+        moe_forward(std::get<MoEWeights>(L.mixer), c, hn.data(), T, o.data(), tc,
+                    prof ? &prof->experts_used[i] : nullptr);
         charge(&ForwardProfile::moe_s);
         break;
       case io::LayerKind::MLP:

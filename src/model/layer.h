@@ -19,6 +19,9 @@ namespace nemo::model {
 struct ForwardProfile {
   double mamba_s = 0, attention_s = 0, moe_s = 0, mlp_s = 0, norms_s = 0, lm_head_s = 0;
   int64_t calls = 0;
+  // [layer][expert]: 1 once a row was routed to the expert (bench's memory check: the expert
+  // weights a run touches). Filled for the layers of the passes that carry this profile.
+  std::vector<std::vector<uint8_t>> experts_used;
 };
 
 struct Layer {

@@ -1,6 +1,7 @@
 #include "model/moe.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "base/memory.h"
@@ -26,6 +27,42 @@ MoEWeights MoEWeights::bind(const WeightBinder& b, const layout::Block& L, const
   return w;
 }
 
+namespace {
+
+// UNCERTAIN (nemotron_h.md §5.2): the biased score given to the experts of groups that were not
+// kept. vLLM, SGLang and llama.cpp exclude them (−inf); Hugging Face's NemotronHTopkRouter (the
+// DeepSeek-V3 router) fills 0.0, so there a dropped group's expert still beats a kept one whose
+// biased score is negative. The two agree whenever the kept experts' biased scores are >= 0.
+// tools/reference/nemotron_ref.py has the same switch (GROUP_MASK_FILL).
+constexpr float kDroppedGroupScore = -INFINITY;
+
+// Grouped top-k (n_group > 1): each group of E / n_group consecutive experts scores the sum of its
+// two largest biased scores (its one score for single-expert groups); the topk_group best groups
+// stay (ties to the lowest group index) and the others' experts get kDroppedGroupScore.
+void mask_groups(const io::ModelConfig& c, std::vector<float>& sel) {
+  const int64_t G = c.n_group, per = c.n_routed_experts / G;
+  std::vector<float> gscore(static_cast<size_t>(G));
+  for (int64_t g = 0; g < G; ++g) {
+    const float* v = sel.data() + g * per;
+    float a = -INFINITY, b = -INFINITY;  // the two largest, a >= b
+    for (int64_t i = 0; i < per; ++i) {
+      if (v[i] > a)
+        b = a, a = v[i];
+      else if (v[i] > b)
+        b = v[i];
+    }
+    gscore[size_t(g)] = per == 1 ? a : a + b;
+  }
+  std::vector<int32_t> order(static_cast<size_t>(G));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t x, int32_t y) { return gscore[size_t(x)] > gscore[size_t(y)]; });
+  for (int64_t j = c.topk_group; j < G; ++j)
+    std::fill_n(sel.begin() + order[size_t(j)] * per, per, kDroppedGroupScore);
+}
+
+}  // namespace
+
 Routing route(const io::ModelConfig& c, const float* logits, const std::vector<float>& bias) {
   const int64_t E = c.n_routed_experts, k = c.num_experts_per_tok;
   std::vector<float> s(static_cast<size_t>(E)), sel(static_cast<size_t>(E));
@@ -33,6 +70,7 @@ Routing route(const io::ModelConfig& c, const float* logits, const std::vector<f
     s[e] = kernels::sigmoid(logits[e]);
     sel[e] = s[e] + bias[e];
   }
+  if (c.n_group > 1) mask_groups(c, sel);
   std::vector<int32_t> idx(static_cast<size_t>(E));
   std::iota(idx.begin(), idx.end(), 0);
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
@@ -60,8 +98,8 @@ void mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t x_strid
   kernels::linear(w.down, hbuf.data(), T, F, out, out_stride, tc);
 }
 
-void moe_forward(const MoEWeights& w, const io::ModelConfig& c, const float* hn, int64_t T, float* out,
-                 const ThreadConfig& tc) {
+void moe_forward(const MoEWeights& w, const io::ModelConfig& c, const float* hn, int64_t T,
+                 float* out, const ThreadConfig& tc, std::vector<uint8_t>* used) {
   const int64_t H = c.hidden_size, E = c.n_routed_experts;
   Buffer<float> logits(size_t(T * E));
   kernels::linear(w.gate, hn, T, H, logits.data(), E, tc);
@@ -80,6 +118,10 @@ void moe_forward(const MoEWeights& w, const io::ModelConfig& c, const float* hn,
   for (int64_t e = 0; e < E; ++e) {
     const auto& rows = rows_of[e];
     if (rows.empty()) continue;
+    if (used) {
+      used->resize(size_t(E));
+      (*used)[size_t(e)] = 1;
+    }
     const int64_t n = int64_t(rows.size());
     xin.resize(size_t(n * H));
     yout.resize(size_t(n * H));

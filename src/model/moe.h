@@ -30,11 +30,14 @@ struct Routing {
 };
 // Sigmoid scores; top-k by (score + correction bias), ties to the lowest index; weights are the
 // unbiased scores of the chosen experts, renormalised (norm_topk_prob), × routed_scaling_factor.
+// With n_group > 1 the top-k is taken among the experts of the topk_group groups whose two best
+// biased scores sum highest (group ties to the lowest group index). nemotron_h.md §5.2.
 Routing route(const io::ModelConfig& c, const float* router_logits, const std::vector<float>& bias);
 
-void mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t x_stride, float* out, int64_t out_stride,
-                 const ThreadConfig& tc);
-void moe_forward(const MoEWeights& w, const io::ModelConfig& c, const float* hn, int64_t T, float* out,
-                 const ThreadConfig& tc);
+void mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t x_stride, float* out,
+                 int64_t out_stride, const ThreadConfig& tc);
+// `used` (optional, resized to E): set to 1 for every expert a row was routed to.
+void moe_forward(const MoEWeights& w, const io::ModelConfig& c, const float* hn, int64_t T,
+                 float* out, const ThreadConfig& tc, std::vector<uint8_t>* used = nullptr);
 
 }  // namespace nemo::model

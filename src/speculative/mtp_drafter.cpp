@@ -37,7 +37,10 @@ DraftProposal MtpDrafter::propose(int max_n, const SamplingParams& sp, Rng& rng)
   Buffer<float> h(static_cast<size_t>(H)), lg(static_cast<size_t>(V));
   std::copy_n(seed_hidden_.data(), H, h.data());
   std::copy_n(logits_.data(), V, lg.data());
+  round_ = {};
+  round_.p = committed_slots_;
   for (int j = 0; j < max_n; ++j) {
+    round_.logits.insert(round_.logits.end(), lg.data(), lg.data() + V);
     int32_t tok;
     if (sampled) {
       auto q = kernels::sampling_distribution({lg.data(), size_t(V)}, sp);
@@ -55,6 +58,8 @@ DraftProposal MtpDrafter::propose(int max_n, const SamplingParams& sp, Rng& rng)
     h = std::move(out);
     target_.logits_from_hidden(h.data(), 1, lg.data(), tc_);
   }
+  round_.drafts = p.tokens;
+  ++proposals_;
   return p;
 }
 

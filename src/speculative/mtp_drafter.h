@@ -20,6 +20,16 @@ class MtpDrafter : public Drafter {
   // Draft logits of the next proposal's first token (tests compare them with the reference).
   std::span<const float> next_logits() const { return {logits_.data(), logits_.size()}; }
 
+  // The last proposal (tests, dump): the anchor's position p (= committed MTP slots), the drafts
+  // and the logits each was taken from: row 0 from slot p−1, row j from the j-th chained slot.
+  struct Round {
+    int64_t p = 0;
+    std::vector<int32_t> drafts;
+    std::vector<float> logits;  // [drafts, V]
+  };
+  const Round& last_round() const { return round_; }
+  int64_t proposals() const { return proposals_; }  // propose() calls that drafted something
+
  private:
   // Runs MTP slots for (hidden rows, next tokens) after the committed slots; keeps the last
   // row's output hidden and logits as the seed of the next proposal.
@@ -30,6 +40,8 @@ class MtpDrafter : public Drafter {
   ThreadConfig tc_;
   int64_t committed_slots_ = 0;
   Buffer<float> seed_hidden_, logits_;  // [H], [V]
+  Round round_;
+  int64_t proposals_ = 0;
 };
 
 }  // namespace nemo::speculative

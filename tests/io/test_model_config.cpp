@@ -90,6 +90,26 @@ TEST(ModelConfig, ClearErrors) {
   EXPECT_NE(bad([](json& j) { j["hybrid_override_pattern"] = "M-"; j.erase("num_hidden_layers"); }).find("intermediate_size"), std::string::npos);
   EXPECT_NE(bad([](json& j) { j["time_step_limit"] = json::array({0.1, 0.01}); }).find("min > max"), std::string::npos);
   EXPECT_NE(bad([](json& j) { j = json::array(); }).find("not a JSON object"), std::string::npos);
+  // Grouped routing: whole groups, at most n_group kept, enough experts in the kept groups for
+  // top-k.
+  EXPECT_NE(bad([](json& j) { j["n_group"] = 5; }).find("multiple of n_group"), std::string::npos);
+  EXPECT_NE(
+      bad([](json& j) { j["n_group"] = 8, j["topk_group"] = 9; }).find("topk_group (9) > n_group"),
+      std::string::npos);
+  EXPECT_NE(bad([](json& j) {
+              j["n_group"] = 128, j["topk_group"] = 5;
+            }).find("num_experts_per_tok (6) >"),
+            std::string::npos);
+}
+
+TEST(ModelConfig, GroupedRouting) {
+  json j = lightning_like();
+  j["n_group"] = 8, j["topk_group"] = 4;
+  const auto c = parse_model_config(j, "config.json");
+  EXPECT_EQ(c.n_group, 8);
+  EXPECT_EQ(c.topk_group, 4);
+  EXPECT_EQ(model_config_to_json(c)["n_group"], 8);
+  EXPECT_EQ(model_config_to_json(c)["topk_group"], 4);
 }
 
 TEST(ModelConfig, BareInfinityLiteral) {

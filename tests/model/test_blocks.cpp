@@ -773,6 +773,47 @@ TEST(BlockMoE, CorrectionBiasSelectsButDoesNotWeigh) {
     }
 }
 
+// §5.2 grouped top-k on hand-made scores: logits 0 (sigmoid exactly 0.5) and biases on a 1/16 grid,
+// so every biased score and group score (sum of a group's two best) is exact.
+TEST(BlockMoE, GroupedRoutingKeepsTheBestGroups) {
+  auto grouped = [](int64_t E, int64_t k, int64_t n_group, int64_t topk_group) {
+    auto c = moe_config(E, k, true, 1.0f);
+    c.n_group = n_group, c.topk_group = topk_group;
+    return c;
+  };
+  auto experts = [](const io::ModelConfig& c, const std::vector<float>& sel) {
+    const std::vector<float> logits(sel.size(), 0.0f);
+    std::vector<float> bias(sel.size());
+    for (size_t e = 0; e < sel.size(); ++e) bias[e] = sel[e] - 0.5f;
+    const Routing r = route(c, logits.data(), bias);
+    for (float w : r.weights)
+      EXPECT_EQ(w, 1.0f / float(c.num_experts_per_tok)) << "weights from unbiased 0.5s";
+    return r.experts;
+  };
+  // Groups {0,1} {2,3} {4,5} {6,7} score 1.0, 1.25, 1.125, 0.875.
+  const std::vector<float> sel = {0.875f,  0.125f,  0.625f,  0.625f,
+                                  0.5625f, 0.5625f, 0.8125f, 0.0625f};
+  using V = std::vector<int32_t>;
+  EXPECT_EQ(experts(grouped(8, 2, 1, 1), sel), (V{0, 6})) << "ungrouped: the two best experts";
+  EXPECT_EQ(experts(grouped(8, 2, 4, 4), sel), (V{0, 6})) << "every group kept: as ungrouped";
+  EXPECT_EQ(experts(grouped(8, 2, 4, 2), sel), (V{2, 3}))
+      << "groups 1, 2 kept: the two best experts are out";
+  EXPECT_EQ(experts(grouped(8, 2, 4, 3), sel), (V{0, 2}))
+      << "groups 0, 1, 2 kept; expert tie 2/3 to the lowest";
+  EXPECT_EQ(experts(grouped(8, 4, 4, 2), sel), (V{2, 3, 4, 5}))
+      << "k = all experts of the kept groups";
+  EXPECT_EQ(experts(grouped(8, 2, 2, 1), sel), (V{0, 2})) << "groups {0..3} 1.5 vs {4..7} 1.375";
+  // A group-score tie at the cut (groups 2 and 3 both 1.125) keeps the lower group: experts 2, 3,
+  // not 6, 2 as keeping group 3 would give.
+  std::vector<float> tie = sel;
+  tie[7] = 0.3125f;
+  EXPECT_EQ(experts(grouped(8, 2, 4, 2), tie), (V{2, 3})) << "group tie to the lowest group index";
+  // The dropped groups' experts are out even against a negative biased score in a kept group
+  // (vLLM/SGLang/llama.cpp; Hugging Face fills 0.0 and would pick {0, 2}: moe.cpp
+  // kDroppedGroupScore).
+  EXPECT_EQ(experts(grouped(4, 2, 2, 1), {0.875f, -0.125f, 0.3125f, 0.3125f}), (V{0, 1}));
+}
+
 TEST(BlockMoE, RouteNormAndScalingMatchScalar) {
   Measured m("route weights relative");
   struct Cfg {

@@ -16,6 +16,9 @@ compared as above (MTP included), plus a weight check (dequantized weights vs th
 seed: expected storage per tensor and relative RMS error bounds) and a W8A8 case (`dump --fp8-static-activations` vs
 the reference's parity mode). --formats-only runs just those; --no-formats skips them.
 
+Grouped expert routing: tiny-b with `synth --expert-groups 4:2` (n_group 4, topk_group 2), compared as above and
+against the ungrouped reference, which must differ (the grouping is visible in the logits).
+
 --model DIR runs against an existing checkpoint instead of the presets (prompt lengths from --lens, default 7).
 --keep DIR keeps checkpoints and both dumps (DIR/<case>/{engine,ref}.{json,f32}).
 Last line of output: `oracle: P passed, F failed`; exit status 1 if anything failed.
@@ -45,6 +48,13 @@ DEFAULT_LENS = [1, 7, 140]
 EXTRA_CASES = [
     dict(name="tiny-b", seed=212, dtype="bf16", synth_args=["--shard-gb", "0.001"], lens=[140], tag="bf16-sharded"),
     dict(name="tiny-c", seed=313, dtype="f16", synth_args=[], lens=[300], tag="f16"),
+]
+# Grouped expert routing (nemotron_h.md §5.2, n_group > 1): tiny-b's 16 experts in 4 groups of 4, the 2 best groups
+# kept, top-4 among their 8 experts. The contrast (the same engine dump vs the reference with n_group = 1) must differ
+# by >> tol, so the case fails if the engine ignored the grouping.
+GROUPED_CASES = [
+    dict(name="tiny-b", seed=222, dtype="f32", synth_args=["--expert-groups", "4:2"], lens=[7, 140], tag="grouped-4:2",
+         contrast_cfg=dict(n_group=1, topk_group=1), contrast_label="the ungrouped (n_group=1) reference"),
 ]
 # Every storage format from the same random model (`nemotron synth --preset tiny-q --format F`, every width a
 # multiple of 64, pattern M*EM-E with MTP): the reference dequantizes with its own decoders (nemotron_formats.py)
@@ -137,8 +147,17 @@ class Case:
     def info(self, msg):
         self.lines.append("  " + msg)
 
+    def report(self):
+        """Print PASS/FAIL with the case's lines; returns whether it passed."""
+        print(("PASS " if self.ok else "FAIL ") + self.name)
+        for line in self.lines:
+            print(line)
+        sys.stdout.flush()
+        return self.ok
 
-def compare_case(case, args, model_dir, model32, prompt, work, dump_args=(), fp8_static=None, contrast=None):
+
+def compare_case(case, args, model_dir, model32, prompt, work, dump_args=(), fp8_static=None, contrast=None,
+                 contrast_label="the W8A16 reference"):
     os.makedirs(work, exist_ok=True)
     pe = os.path.join(work, "engine")
     pr = os.path.join(work, "ref")
@@ -230,11 +249,11 @@ def compare_case(case, args, model_dir, model32, prompt, work, dump_args=(), fp8
         cerr = max(row_rel_errors(epre, cpre).max(initial=0), row_rel_errors(edec, cdec).max(initial=0))
         st = model32.fp8_stats
         nq, nc = sum(v[0] for v in st.values()), sum(v[1] for v in st.values())
-        case.info(f"vs the W8A16 reference: max rel {cerr:.2e} (the mode is visible); {len(st)} FP8 modules, "
-                  f"{nq} activations quantized, {nc} clamped at +-448")
+        case.info(f"vs {contrast_label}: max rel {cerr:.2e} (the mode is visible)" +
+                  (f"; {len(st)} FP8 modules, {nq} activations quantized, {nc} clamped at +-448" if st else ""))
         if cerr < 100 * args.tol:
-            case.fail(f"engine output with {' '.join(dump_args)} is as close to the W8A16 reference "
-                      f"({cerr:.2e}) as to the W8A8 one: the option seems to have no effect")
+            case.fail(f"engine output is as close to {contrast_label} ({cerr:.2e}) as to the one under test: "
+                      f"the mode ({' '.join(dump_args) or 'config'}) seems to have no effect")
     # greedy tokens
     div = next((j for j in range(args.gen) if etoks[j] != rtoks[j]), None)
     if div is None:
@@ -391,6 +410,7 @@ def main(argv=None):
     ap.add_argument("--no-formats", dest="formats", action="store_false",
                     help="skip the storage-format cases (tiny-q dense/modelopt/mlx4/mlx8, weight RMS check)")
     ap.add_argument("--formats-only", action="store_true", help="run only the storage-format cases")
+    ap.add_argument("--only", default=None, help="run only the cases whose 'preset tag' contains this string")
     ap.add_argument("--no-mtp", dest="mtp", action="store_false", help="do not compare the MTP head")
     ap.add_argument("--no-diagnose", dest="diagnose", action="store_false")
     args = ap.parse_args(argv)
@@ -456,8 +476,11 @@ def main(argv=None):
                     and not args.formats_only:
                 targets += [dict(t) for t in EXTRA_CASES]
                 targets += [dict(t) for t in OWN_CASES]
+                targets += [dict(t) for t in GROUPED_CASES]
             if (args.formats or args.formats_only) and args.lens is None:
                 targets += [dict(t) for t in FORMAT_CASES]
+            if args.only:
+                targets = [t for t in targets if args.only in f"{t['name']} {t['tag']}"]
             for t in targets:
                 t["dir"] = os.path.join(root, f"{t['name']}-s{t['seed']}" + (f"-{t['tag']}" if t["tag"] else ""))
 
@@ -500,10 +523,7 @@ def main(argv=None):
                         weight_check(wcase, args, root, name, seed, tgt["fmt"], tensors, info)
                     except Exception as e:  # noqa: BLE001
                         wcase.fail(f"exception: {e}\n" + traceback.format_exc())
-                print(("PASS " if wcase.ok else "FAIL ") + wcase.name)
-                for line in wcase.lines:
-                    print(line)
-                passed, failed = (passed + 1, failed) if wcase.ok else (passed, failed + 1)
+                passed, failed = (passed + 1, failed) if wcase.report() else (passed, failed + 1)
             pattern = "".join(model32.cfg.kinds) if model32 else "?"
             for L in tgt["lens"]:
                 label = f"{name}" + (f" {tgt['tag']}" if tgt["tag"] else "") + \
@@ -518,14 +538,13 @@ def main(argv=None):
                                      os.path.join(root, os.path.basename(mdir) + f"-len{L}"),
                                      dump_args=["--fp8-static-activations"] if tgt.get("fp8_static") else [],
                                      fp8_static=model32.fp8 if tgt.get("fp8_static") else None,
-                                     contrast=ref.NemotronH(cfg, tensors) if tgt.get("fp8_static") else None)
+                                     contrast=ref.NemotronH(cfg, tensors) if tgt.get("fp8_static") else
+                                     ref.NemotronH(dict(cfg, **tgt["contrast_cfg"]), tensors)
+                                     if tgt.get("contrast_cfg") else None,
+                                     contrast_label=tgt.get("contrast_label", "the W8A16 reference"))
                     except Exception as e:  # noqa: BLE001
                         case.fail(f"exception: {e}\n" + traceback.format_exc())
-                print(("PASS " if case.ok else "FAIL ") + case.name)
-                for line in case.lines:
-                    print(line)
-                sys.stdout.flush()
-                if case.ok:
+                if case.report():
                     passed += 1
                 else:
                     failed += 1

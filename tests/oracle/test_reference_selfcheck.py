@@ -191,11 +191,19 @@ def scalar_route(model, p, hn):
         lg = sum(Wg[e][q] * hn[q] for q in range(c.H))
         s.append(1.0 / (1.0 + math.exp(-lg)))
     sel = [s[e] + bias[e] for e in range(c.E)]
+    allowed = set(range(c.E))
+    if c.n_group > 1:   # §5.2 grouped top-k: a group scores the sum of its two best biased scores
+        per = c.E // c.n_group
+        gscore = [sum(sorted(sel[g * per:(g + 1) * per], reverse=True)[:2]) for g in range(c.n_group)]
+        kept = []
+        for _ in range(c.topk_group):
+            kept.append(max((g for g in range(c.n_group) if g not in kept), key=lambda g: (gscore[g], -g)))
+        allowed = {g * per + i for g in kept for i in range(per)}
     chosen = []
     for _ in range(c.topk):
         best = None
         for e in range(c.E):
-            if e in chosen:
+            if e in chosen or e not in allowed:
                 continue
             if best is None or sel[e] > sel[best]:     # strict '>' keeps the lowest index on ties
                 best = e
@@ -387,6 +395,26 @@ class SelfCheck(unittest.TestCase):
         idx2, _ = m2.route(hn, p)
         for r in range(6):
             self.assertEqual(idx2[r].tolist(), [0, 1, 4, 6])      # 1,4,6 then lowest of the tied {0,3,8,9}
+
+    def test_grouped_router_matches_scalar(self):
+        # n_group 4 x 3 experts, topk_group 2, top-4: the choice must differ from ungrouped top-4 on some rows
+        cfg = make_config(pattern="E", H=6, V=11, E=12, topk=4)
+        cfg.update(n_group=4, topk_group=2)
+        t = make_tensors(cfg, seed=9)
+        p = "backbone.layers.0.mixer."
+        t[p + "gate.e_score_correction_bias"] = 0.3 * torch.randn(12, generator=torch.Generator().manual_seed(3))
+        m = ref.NemotronH(cfg, t, dtype=torch.float64)
+        flat = ref.NemotronH(dict(cfg, n_group=1, topk_group=1), t, dtype=torch.float64)
+        hn = torch.randn(40, m.cfg.H, generator=torch.Generator().manual_seed(10), dtype=torch.float64)
+        idx, w = m.route(hn, p)
+        idx_flat, _ = flat.route(hn, p)
+        for r in range(hn.shape[0]):
+            ch, ws = scalar_route(m, p, hn[r].tolist())
+            self.assertEqual(idx[r].tolist(), ch)
+            self.assertLessEqual(rel_err(w[r].numpy(), np.array(ws)), 1e-14)
+            self.assertLessEqual(len({e // 3 for e in ch}), 2)          # experts from at most topk_group groups
+        changed = sum(idx[r].tolist() != idx_flat[r].tolist() for r in range(hn.shape[0]))
+        self.assertGreater(changed, 0, "grouping never changed the choice: the test data does not exercise it")
 
     def test_moe_and_mlp_layer(self):
         cfg = make_config(pattern="E-", H=6, V=11, E=5, topk=2, F=4, FS=3, inter=5)

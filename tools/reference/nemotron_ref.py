@@ -308,6 +308,14 @@ def ssm_scan_chunked(x, dt, A, B, C, D, S0, hpg, Q):
     return torch.cat(ys, 0), Hs
 
 
+# UNCERTAIN (nemotron_h.md §5.2, grouped routing): the biased score of the experts in groups that were not kept.
+# vLLM / SGLang / llama.cpp exclude them (-inf); Hugging Face's NemotronHTopkRouter (= DeepseekV3TopkRouter)
+# masked_fill(..., 0.0), so there a dropped group's expert still beats a kept expert whose biased score is < 0.
+# Both agree while the kept experts' biased scores are >= 0. The engine has the same switch (moe.cpp
+# kDroppedGroupScore).
+GROUP_MASK_FILL = float("-inf")
+
+
 def topk_lowest_index(scores, k):
     """Indices of the k largest entries per row; ties broken towards the lowest index. scores: [T, E]."""
     _, idx = torch.sort(scores, dim=-1, descending=True, stable=True)
@@ -553,13 +561,15 @@ class NemotronH:
         bias_name = p + "gate.e_score_correction_bias"
         sel = s + self.t[bias_name] if bias_name in self.t else s.clone()
         if c.n_group > 1:
+            # grouped top-k: group score = sum of its two largest biased scores (HF get_topk_indices:
+            # .topk(2)[0].sum()); keep the topk_group best groups (ties -> lowest group index); mask the rest
             T = sel.shape[0]
             gs = sel.reshape(T, c.n_group, c.E // c.n_group)
             gscore = torch.sort(gs, dim=-1, descending=True).values[..., :2].sum(-1)   # [T, n_group]
             keep = topk_lowest_index(gscore, c.topk_group)
             mask = torch.zeros(T, c.n_group, dtype=torch.bool)
             mask.scatter_(1, keep, True)
-            sel = sel.masked_fill(~mask.repeat_interleave(c.E // c.n_group, dim=1), float("-inf"))
+            sel = sel.masked_fill(~mask.repeat_interleave(c.E // c.n_group, dim=1), GROUP_MASK_FILL)
         idx = topk_lowest_index(sel, c.topk)
         if self.route_gaps is not None and c.topk < sel.shape[1]:
             srt = torch.sort(sel, dim=-1, descending=True).values

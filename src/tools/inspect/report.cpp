@@ -57,6 +57,8 @@ json report_json(const InspectReport& r, int64_t context, bool nested) {
         {"moe",
          {{"n_routed_experts", c.n_routed_experts},
           {"num_experts_per_tok", c.num_experts_per_tok},
+          {"n_group", c.n_group},
+          {"topk_group", c.topk_group},
           {"moe_intermediate_size", c.moe_intermediate_size},
           {"n_shared_experts", c.n_shared_experts},
           {"moe_shared_expert_intermediate_size", c.moe_shared_expert_intermediate_size},
@@ -195,9 +197,12 @@ void text_body(std::string& o, const InspectReport& r, int64_t context) {
                      c.mamba_head_dim, c.n_groups, c.ssm_state_size, c.conv_kernel));
     line(fmt::format("attention    {} q heads, {} kv heads, head_dim {} (NoPE)", c.num_attention_heads,
                      c.num_key_value_heads, c.head_dim));
-    line(fmt::format("moe          {} routed experts (top {}) x {} | {} shared x {} | scale {}", c.n_routed_experts,
-                     c.num_experts_per_tok, c.moe_intermediate_size, c.n_shared_experts,
-                     c.moe_shared_expert_intermediate_size, c.routed_scaling_factor));
+    line(fmt::format(
+        "moe          {} routed experts (top {}{}) x {} | {} shared x {} | scale {}",
+        c.n_routed_experts, c.num_experts_per_tok,
+        c.n_group > 1 ? fmt::format(" in the best {} of {} groups", c.topk_group, c.n_group) : "",
+        c.moe_intermediate_size, c.n_shared_experts, c.moe_shared_expert_intermediate_size,
+        c.routed_scaling_factor));
   }
   if (r.drafter) {
     const DrafterInfo& d = *r.drafter;

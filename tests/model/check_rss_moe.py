@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""Weights are mapped, not copied, and only what a run reads is paged in - on a full-width ModelOpt checkpoint with
+a MoE layer (NVFP4 experts, FP8 Mamba projections, bf16 rest).
+
+    check_rss_moe.py path/to/nemotron WORKDIR
+
+Writes `nemotron synth --preset lightning --pattern ME --format modelopt --no-mtp --vocab 16384 --experts 32` (full
+Lightning widths: hidden 2688, expert FFN 1856, Mamba 64x64 heads; fewer experts and a smaller vocabulary to keep it
+~340 MB), runs `nemotron bench --json` for a short generation (few rows, so most experts stay unrouted), and checks
+the resident memory after it in two parts, from /proc/self/smaps as the engine reports it:
+
+1. The checkpoint's resident pages (file-backed) <= the pages of the tensors the run needed: every tensor but the
+   routed experts, plus the experts the engine reports it routed to (bench `experts_used`), each tensor widened by
+   what one fault may map (the enclosing 2 MiB-aligned page-cache folios, +- the 64 KiB fault-around window); the
+   embedding only for the rows of the tokens fed. Touching the experts no row was routed to (a prefetch, a
+   MADV_WILLNEED over the file, a load-time scan) exceeds it.
+2. Everything else resident (RSS - checkpoint pages) <= the RSS before the load + the small tensors the engine
+   widens to f32 (norms, conv, dt_bias, A_log, D, router bias) + the sequence state +
+   SCRATCH_MB (the activations and bookkeeping a run keeps, measured) + half the smallest large tensor. A copy of
+   any weight of 1 MiB or more - the smallest is one NVFP4 expert matrix, 2.5 MB - exceeds it.
+
+Measured (AVX-512 machine, kernel 6.18, ext4): 20 of 32 experts routed; checkpoint pages 204.9 MB <= 212.0 MB (file
+342.7 MB); the rest 12.1-12.2 MB <= 13.8-14.0 MB (slack ~1.7 MB). Shown failing: a heap copy of expert 0's down_proj
+weight (2.49 MB) made the rest 14.7 MB > 13.9 MB; reading every expert's up_proj pages at load made the checkpoint
+pages 234.0 MB > 212.0 MB.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+PAGE = 4096
+# A fault maps the whole page-cache folio it hits (ext4/xfs use large folios, mapped by 2 MiB PMDs: smaps
+# FilePmdMapped) plus up to fault_around_bytes (64 KiB) of neighbours. Folios are aligned in the file and at most
+# 2 MiB, so a page is resident only if its 2 MiB-aligned block (+- 64 KiB) holds a byte the run read.
+FOLIO = 2 << 20
+FAULT_AROUND = 64 * 1024
+LARGE = 1 << 20
+# Measured: besides the RSS before the load, the small tensors as f32 and the sequence state, a run keeps ~0.1 MB
+# resident (activation buffers the allocator keeps, the tensor index); allowed 0.5 MB. With the half tensor below
+# the slack stays under the smallest large tensor, so copying any one of them fails the check.
+SCRATCH_MB = 0.5
+
+
+def tensors_of(model_dir):
+    """{file: [(name, start, end)]} with absolute file offsets of every tensor's bytes."""
+    out = {}
+    for f in sorted(os.listdir(model_dir)):
+        if not f.endswith(".safetensors"):
+            continue
+        path = os.path.join(model_dir, f)
+        with open(path, "rb") as fh:
+            n = struct.unpack("<Q", fh.read(8))[0]
+            header = json.loads(fh.read(n))
+        base = 8 + n
+        out[path] = [(k, base + v["data_offsets"][0], base + v["data_offsets"][1], v)
+                     for k, v in header.items() if k != "__metadata__"]
+    return out
+
+
+def expert_of(name):
+    """(layer, expert) of a routed expert's tensor (weight, scales), else None."""
+    parts = name.split(".")
+    if "experts" in parts and parts[0] == "backbone":
+        i = parts.index("experts")
+        return int(parts[2]), int(parts[i + 1])
+    return None
+
+
+def widen(s, e):
+    """The bytes a fault anywhere in [s, e) may map: the enclosing 2 MiB-aligned blocks, +- fault-around."""
+    return s // FOLIO * FOLIO - FAULT_AROUND, -(-e // FOLIO) * FOLIO + FAULT_AROUND
+
+
+def page_span(intervals, size):
+    """Bytes of the pages covering the union of [start, end) intervals, clipped to [0, size)."""
+    iv = sorted((max(0, s // PAGE * PAGE), min(size, -(-e // PAGE) * PAGE)) for s, e in intervals)
+    total, cur_s, cur_e = 0, None, None
+    for s, e in iv:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def main():
+    nemotron, work = sys.argv[1], sys.argv[2]
+    d = os.path.join(work, "moe")
+    subprocess.run([nemotron, "synth", "--preset", "lightning", "--pattern", "ME", "--no-mtp", "--format", "modelopt",
+                    "--vocab", "16384", "--experts", "32", "--out", d, "--quiet"], check=True,
+                   stdout=subprocess.DEVNULL)
+    prompt, gen = 2, 2
+    b = json.loads(subprocess.run([nemotron, "bench", "--model", d, "--prompt-tokens", str(prompt), "--gen", str(gen),
+                                   "--threads", "2", "--json"], check=True, stdout=subprocess.PIPE).stdout)
+    used = {(int(l), int(e)) for l, es in b["experts_used"].items() for e in es}
+    files = tensors_of(d)
+    n_experts = len({expert_of(n) for ts in files.values() for n, *_ in ts if expert_of(n)})
+    need_file = 0
+    small_f32 = 0
+    smallest_large = None
+    for path, ts in files.items():
+        size = os.path.getsize(path)
+        need = [widen(0, 8 + PAGE)]                 # the header
+        for name, s, e, info in ts:
+            ex = expert_of(name)
+            if name == "backbone.embeddings.weight":    # only the rows of the tokens fed: at most prompt + gen
+                need_file += min(page_span([widen(s, e)], size), (prompt + gen) * (FOLIO + 2 * FAULT_AROUND))
+            elif ex is None or ex in used:
+                need.append(widen(s, e))
+            nbytes = e - s
+            numel = 1
+            for x in info["shape"]:
+                numel *= x
+            if len(info["shape"]) <= 1 or name.endswith("conv1d.weight"):
+                small_f32 += 4 * numel              # norms, conv, dt_bias, A_log, D, router bias: widened to f32
+            if nbytes >= LARGE and (smallest_large is None or nbytes < smallest_large[0]):
+                smallest_large = (nbytes, name)
+        need_file += page_span(need, size)
+    file_bytes = sum(os.path.getsize(p) for p in files)
+    rss = b["rss_mb"] * 1e6
+    ckpt = b["rss_checkpoint_mb"] * 1e6
+    half = smallest_large[0] / 2
+    other_bound = b["rss_before_load_mb"] * 1e6 + small_f32 + b["state_mb"] * 1e6 + SCRATCH_MB * 1e6 + half
+    try:
+        thp_always = "[always]" in open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        thp_always = False
+    if thp_always:   # anonymous buffers may each be rounded up to a 2 MiB huge page: only f32 copies stay visible
+        other_bound += 4 * FOLIO
+        print("(transparent huge pages 'always': 8 MiB more allowed for anonymous memory)")
+    print(f"checkpoint {file_bytes / 1e6:.1f} MB; {len(used)} of {n_experts} experts routed; smallest large tensor "
+          f"{smallest_large[1]} {smallest_large[0] / 1e6:.2f} MB")
+    print(f"checkpoint pages resident {ckpt / 1e6:.1f} MB <= needed {need_file / 1e6:.1f} MB "
+          f"(tensors read + fault-around)")
+    print(f"other resident {(rss - ckpt) / 1e6:.1f} MB <= {other_bound / 1e6:.1f} MB (before load "
+          f"{b['rss_before_load_mb']:.1f} + small tensors as f32 {small_f32 / 1e6:.1f} + state {b['state_mb']:.1f} + "
+          f"scratch {SCRATCH_MB} + half the smallest large tensor {half / 1e6:.2f}); slack "
+          f"{(other_bound - (rss - ckpt)) / 1e6:.2f} MB")
+    failed = 0
+    if b["decode_tok_s"] <= 0:
+        print("FAIL: no decode happened")
+        failed += 1
+    if not used or len(used) >= n_experts:
+        print(f"FAIL: {len(used)} of {n_experts} experts routed: the check needs some routed and some not")
+        failed += 1
+    if ckpt <= 0:
+        print("FAIL: no resident checkpoint pages reported (smaps unreadable?)")
+        failed += 1
+    if ckpt > need_file:
+        print("FAIL: more checkpoint pages resident than the tensors the run read")
+        failed += 1
+    if rss - ckpt > other_bound:
+        print("FAIL: resident memory besides the checkpoint pages exceeds its bound: a weight is copied?")
+        failed += 1
+    print(f"rss moe check: {0 if failed else 1} passed, {1 if failed else 0} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
