@@ -29,8 +29,10 @@ What each tensor becomes (the widths and byte layout match the engine's checkpoi
     per weight, also counted in extra_bytes_per_token). Norms, conv1d, A (= -exp(A_log)), D, dt bias,
     router bias: F32, reshaped as NemotronHModel.modify_tensors does.
   * The MTP head (`mtp.*`) is not exported (as with the converter's --no-mtp); the bench never drafts.
-  * Vocabulary: a synthetic byte-level GPT-2 BPE vocabulary of the checkpoint's vocab_size (the synthetic
-    checkpoint has no tokenizer.json; llama-bench feeds token ids, so text never matters).
+  * Vocabulary: a synthetic byte-level GPT-2 BPE vocabulary of the checkpoint's vocab_size (ids 0-2
+    <unk> <s> </s>, 3-258 the bytes, the rest unused). The checkpoint's tokenizer.json is not carried
+    over: llama.cpp's converter knows pre-tokenizers only by the hash of published ones, and
+    llama-bench feeds token ids, so the text side never matters for the benchmark.
 """
 
 from __future__ import annotations
@@ -290,7 +292,8 @@ def main() -> int:
     w.add_token_types(types)
     w.add_token_merges(merges)
     w.add_bos_token_id(cfg.get("bos_token_id", 1))
-    w.add_eos_token_id(cfg.get("eos_token_id", 2))
+    eos = cfg.get("eos_token_id", 2)
+    w.add_eos_token_id(eos[0] if isinstance(eos, list) else eos)  # Lightning lists [2, 11]
     w.add_pad_token_id(0)
 
     # ---- the tensor plan: (gguf name, byte or value array shape, numpy dtype, nbytes, ggml type, producer)

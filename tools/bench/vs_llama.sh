@@ -91,7 +91,7 @@ else
 fi
 if [[ ! -f $LLAMA/CMakeLists.txt ]]; then
   step "cloning the llama.cpp bundle into $LLAMA"
-  git bundle verify "$BUNDLE" >/dev/null 2>&1 || die "$BUNDLE is not a valid git bundle"
+  git bundle list-heads "$BUNDLE" 2>/dev/null | grep -q . || die "$BUNDLE is not a git bundle"
   rm -rf "$LLAMA.tmp"
   git clone -q "$BUNDLE" "$LLAMA.tmp" 2>/dev/null || die "git clone of $BUNDLE failed"
   mv "$LLAMA.tmp" "$LLAMA"
@@ -172,7 +172,11 @@ try:
     lib.llama_print_system_info.restype = ctypes.c_char_p
     sysinfo = lib.llama_print_system_info().decode()
     feats = [m.group(1) for m in re.finditer(r"(\w+) = 1", sysinfo)]
-    llama_isa = "ggml-cpu " + "+".join(f for f in feats if f not in ("LLAMAFILE", "OPENMP", "REPACK"))
+    top = next((f for f in ("AVX512", "AVX2", "AVX", "NEON", "SSE3") if f in feats), "scalar")
+    ext = [f.replace("AVX512_", "") for f in feats if f.startswith("AVX512_") or f == "AVX_VNNI"]
+    # ggml-cpu's NVFP4 dot (ggml_vec_dot_nvfp4_q8_0) has an AVX2 path only; activations go to Q8_0
+    note = "; NVFP4 dot: avx2 nvfp4 x q8_0" if top.startswith("AVX") else ""
+    llama_isa = top.lower() + (f" ({', '.join(ext)})" if ext else "") + note
 except OSError as e:
     llama_isa = f"unknown ({e})"
 
