@@ -30,7 +30,8 @@ What each tensor becomes (the widths and byte layout match the engine's checkpoi
     router bias: F32, reshaped as NemotronHModel.modify_tensors does.
   * The MTP head (`mtp.*`) is not exported (as with the converter's --no-mtp); the bench never drafts.
   * Vocabulary: a synthetic byte-level GPT-2 BPE vocabulary of the checkpoint's vocab_size (ids 0-2
-    <unk> <s> </s>, 3-258 the bytes, the rest unused). The checkpoint's tokenizer.json is not carried
+    <unk> <s> </s>, 3-258 the bytes, the rest unused; --ids-as-text makes them user-defined `[PADn]`
+    strings, so llama-simple takes and prints token ids). The checkpoint's tokenizer.json is not carried
     over: llama.cpp's converter knows pre-tokenizers only by the hash of published ones, and
     llama-bench feeds token ids, so the text side never matters for the benchmark.
 """
@@ -157,7 +158,7 @@ def bytes_to_unicode() -> list[str]:
     return [chr(table[b]) for b in range(256)]
 
 
-def synthetic_vocab(gguf, n_vocab: int):
+def synthetic_vocab(gguf, n_vocab: int, pad_type):
     tokens = ["<unk>", "<s>", "</s>"]
     types = [gguf.TokenType.CONTROL] * 3
     tokens += bytes_to_unicode()
@@ -166,7 +167,7 @@ def synthetic_vocab(gguf, n_vocab: int):
     types.append(gguf.TokenType.NORMAL)
     for i in range(len(tokens), n_vocab):
         tokens.append(f"[PAD{i}]")
-        types.append(gguf.TokenType.UNUSED)
+        types.append(pad_type)
     return tokens[:n_vocab], types[:n_vocab], ["Ġ t"]
 
 
@@ -230,6 +231,10 @@ def main() -> int:
     ap.add_argument("--llama-dir", required=True, type=Path, help="llama.cpp checkout (for gguf-py)")
     ap.add_argument("--model", required=True, type=Path, help="ModelOpt checkpoint directory")
     ap.add_argument("--out", required=True, type=Path, help="output .gguf")
+    ap.add_argument("--ids-as-text", action="store_true",
+                    help="mark ids >= 259 user-defined instead of unused, so llama.cpp tools print them as "
+                         "[PADn] and parse [PADn] in a prompt: token ids in and out, for comparing greedy "
+                         "outputs with `nemotron run --ids`")
     args = ap.parse_args()
 
     gguf = load_gguf(args.llama_dir)
@@ -285,7 +290,8 @@ def main() -> int:
     w.add_expert_weights_scale(float(cfg.get("routed_scaling_factor", 1.0)))
     w.add_file_type(gguf.LlamaFileType.MOSTLY_NVFP4)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    tokens, types, merges = synthetic_vocab(gguf, n_vocab)
+    tokens, types, merges = synthetic_vocab(
+        gguf, n_vocab, gguf.TokenType.USER_DEFINED if args.ids_as_text else gguf.TokenType.UNUSED)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
