@@ -11,7 +11,8 @@
 #      only `llama-bench` (Release, CPU only, GGML_NATIVE=ON, no network code: LLAMA_OPENSSL=OFF; curl is
 #      gone from this llama.cpp).
 #   2. The checkpoint: `nemotron synth --preset lightning --layers 8 --format modelopt` (8 layers
-#      MEMEM*EM; --layers 52 for the full model: 21.5 GB + a 21 GB GGUF), then
+#      MEMEM*EM; --layers 52 for the full model: 21.5 GB with its MTP module + a ~19 GB GGUF, which
+#      wants the RAM to keep both in the page cache, or the runs measure the disk), then
 #      tools/bench/gguf_from_synth.py writes the GGUF llama.cpp's converter would emit for it (names and
 #      metadata of `nemotron_h_moe`, read from the checkout's own gguf-py). Widths and layout are the
 #      same; NVFP4 experts / shared expert / lm_head are repacked bit-exactly (ModelOpt nibble order ->
