@@ -59,11 +59,11 @@ step() { echo "==> $*" >&2; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --layers) LAYERS=$2; shift 2 ;;
-    --rounds) ROUNDS=$2; shift 2 ;;
-    --threads) THREADS=$2; shift 2 ;;
-    --reps) REPS=$2; shift 2 ;;
-    --nemotron) NEMOTRON=$2; shift 2 ;;
+    --layers) LAYERS=${2:?--layers needs a value}; shift 2 ;;
+    --rounds) ROUNDS=${2:?--rounds needs a value}; shift 2 ;;
+    --threads) THREADS=${2:?--threads needs a value}; shift 2 ;;
+    --reps) REPS=${2:?--reps needs a value}; shift 2 ;;
+    --nemotron) NEMOTRON=${2:?--nemotron needs a value}; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument: $1" ;;
   esac
