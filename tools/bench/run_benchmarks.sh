@@ -2,6 +2,8 @@
 # Reproduces the numbers in docs/PERFORMANCE.md. Writes the full-width synthetic checkpoints it
 # needs under $MODELS (default /tmp/nemotron-models; ~6 GB for 8 layers, ~18 GB with --full).
 # Usage: tools/bench/run_benchmarks.sh [--full] [build-dir]
+# Side by side with llama.cpp (same checkpoint as a GGUF, llama-bench vs nemotron bench, alternating):
+# tools/bench/vs_llama.sh [--layers 8|52] (fetches llama.cpp with npm; docs/PERFORMANCE.md, issue 13).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 full=0
