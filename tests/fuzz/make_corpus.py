@@ -88,6 +88,16 @@ def main():
         "architectures": ["DSparkDraftModel"], "num_hidden_layers": 1, "hidden_size": 64, "vocab_size": 512,
         "markov_rank": 2, "target_layer_ids": [0, 2], "use_sliding_window": True, "sliding_window": 64}))
 
+    # Inputs libFuzzer found that once crashed (kept as regression seeds): parse_drafter_config
+    # threw a JSON type_error on a non-object and on a non-string model_type / rope_type, and
+    # divided INT64_MIN by -1 / overflowed on extreme integers.
+    put("config_json", "regress_non_object", "61663333333e32")
+    put("config_json", "regress_drafter_types", json.dumps({
+        "architectures": ["DFlashDraftModel"], "model_type": 5, "hidden_size": -2 ** 63, "num_attention_heads": -1,
+        "rope_parameters": {"rope_type": 7, "type": None}, "eagle_aux_hidden_state_layer_ids": [-2 ** 63, 3]}))
+    put("config_json", "regress_drafter_taps", json.dumps({
+        "architectures": ["DSparkDraftModel"], "num_hidden_layers": 10 ** 15, "num_target_layers": -2 ** 63}))
+
     # tokenizer_json: byte-level BPE with merges and added tokens, and two other pipelines
     v = byte_level_vocab()
     vocab = dict(v)
