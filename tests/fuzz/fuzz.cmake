@@ -9,11 +9,15 @@ set(NEMOTRON_FUZZ_TARGETS
     "safetensors_file:io" "config_json:io" "tokenizer_json:text" "tokenizer_roundtrip:text"
     "template_engine:text" "output_parser:text")
 add_custom_target(fuzz)
+foreach(_layer io text)  # each layer's targets compiled once, linked into each of its binaries
+  add_library(nemotron_fuzz_${_layer} OBJECT ${CMAKE_CURRENT_SOURCE_DIR}/tests/${_layer}/fuzz_targets.cpp)
+  target_link_libraries(nemotron_fuzz_${_layer} PRIVATE nemotron_${_layer})
+endforeach()
 foreach(_entry ${NEMOTRON_FUZZ_TARGETS})
   string(REPLACE ":" ";" _parts ${_entry})
   list(GET _parts 0 _t)
   list(GET _parts 1 _layer)
-  add_executable(fuzz_${_t} ${_fuzz_dir}/fuzz_main.cpp ${CMAKE_CURRENT_SOURCE_DIR}/tests/${_layer}/fuzz_targets.cpp)
+  add_executable(fuzz_${_t} ${_fuzz_dir}/fuzz_main.cpp $<TARGET_OBJECTS:nemotron_fuzz_${_layer}>)
   target_link_libraries(fuzz_${_t} PRIVATE nemotron_${_layer})
   target_compile_definitions(fuzz_${_t} PRIVATE
     NEMO_FUZZ_HEADER="${CMAKE_CURRENT_SOURCE_DIR}/tests/${_layer}/fuzz_targets.h"

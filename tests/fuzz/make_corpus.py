@@ -135,6 +135,11 @@ def main():
         "model": {"type": "BPE", "vocab": v, "merges": []}, "decoder": {"type": "ByteLevel"},
         "post_processor": {"type": "ByteLevel"}}))
 
+    # Regression (libFuzzer): one huge id sized the id -> token table (2e9 entries, out of memory).
+    put("tokenizer_json", "regress_huge_id", json.dumps({
+        "model": {"type": "BPE", "vocab": {"a": 0, "b": 2000000000}, "merges": []},
+        "added_tokens": [{"id": 1999999999, "content": "<x>", "special": True}]}))
+
     # tokenizer_roundtrip: text, code, specials, ill-formed UTF-8
     put("tokenizer_roundtrip", "prose", "The quick brown fox jumps over the lazy dog. 東京 天气很好 😀 café\n")
     put("tokenizer_roundtrip", "specials", "<|im_start|>user\nhi<|im_end|>\n<think>\n</think>\n")

@@ -53,7 +53,7 @@ TEST(Fuzz, TokenizerJson) {
   // some still load and encode.
   std::mt19937 rng(4);
   nemo::test::FuzzCounts c;
-  c.run_corpus("tokenizer_json", nemo::text::fuzz::tokenizer_json, 1000, rng);
+  c.run_corpus("tokenizer_json", nemo::text::fuzz::tokenizer_json, 2000, rng);
   EXPECT_GE(c.accepted, 50);
   EXPECT_GE(c.rejected, 500);
 }
