@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and running nemotron needs on Debian 12 (bookworm); with --test, also the
 # test-only tools (GoogleTest, Google Benchmark, python3-torch/numpy/jinja2/matplotlib for the
-# PyTorch oracle and tools/train, and the npm cross-check deps). Idempotent: does nothing when
+# PyTorch oracle and tools/train, clang with libFuzzer / its sanitizer runtimes, OpenMP and
+# llvm-symbolizer for scripts/fuzz.sh, and the npm cross-check deps). Idempotent: does nothing when
 # everything is present. Runs as root (CI) or through sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,8 @@ test=0
 [ "${1:-}" = "--test" ] && test=1
 if ((test)); then
   PKGS+=(libgtest-dev libgmock-dev libbenchmark-dev
-         python3 python3-numpy python3-torch python3-jinja2 python3-matplotlib)
+         python3 python3-numpy python3-torch python3-jinja2 python3-matplotlib
+         clang libclang-rt-dev libomp-dev llvm)
 fi
 # nodejs/npm (test-only) are checked by command, not package, in install-text-deps.sh.
 

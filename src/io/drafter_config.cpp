@@ -26,6 +26,10 @@ bool bool_or(const json& j, const char* key, bool def) {
   auto it = j.find(key);
   return it != j.end() && it->is_boolean() ? it->get<bool>() : def;
 }
+std::string str_or(const json& j, const char* key, std::string def) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : def;
+}
 std::vector<int64_t> int_list(const json& j, const char* key) {
   std::vector<int64_t> v;
   auto it = j.find(key);
@@ -60,7 +64,7 @@ DrafterConfig parse_drafter_config(const json& cfg) {
   DrafterConfig d;
   d.kind = drafter_kind(cfg);
   d.architecture = architecture_of(cfg);
-  d.model_type = cfg.value("model_type", std::string());
+  d.model_type = str_or(cfg, "model_type", "");
   const json empty = json::object();
   const json& dc = cfg.contains("dflash_config") && cfg["dflash_config"].is_object()
                        ? cfg["dflash_config"]
@@ -70,8 +74,8 @@ DrafterConfig parse_drafter_config(const json& cfg) {
   d.vocab_size = int_or(cfg, "vocab_size", 0);
   d.num_attention_heads = int_or(cfg, "num_attention_heads", 0);
   d.num_key_value_heads = int_or(cfg, "num_key_value_heads", d.num_attention_heads);
-  d.head_dim =
-      int_or(cfg, "head_dim", d.num_attention_heads ? d.hidden_size / d.num_attention_heads : 0);
+  d.head_dim = int_or(cfg, "head_dim",
+                      d.num_attention_heads > 0 ? d.hidden_size / d.num_attention_heads : 0);
   d.intermediate_size = int_or(cfg, "intermediate_size", 0);
   d.target_hidden_size = opt_int(cfg, "target_hidden_size");
   d.num_target_layers = opt_int(cfg, "num_target_layers");
@@ -97,7 +101,7 @@ DrafterConfig parse_drafter_config(const json& cfg) {
     if (it == cfg.end() || !it->is_object()) continue;
     const json& r = *it;
     if (auto t = r.find("rope_theta"); t != r.end() && t->is_number()) d.rope_theta = t->get<double>();
-    const std::string type = r.value("rope_type", r.value("type", std::string("default")));
+    const std::string type = str_or(r, "rope_type", str_or(r, "type", "default"));
     if (type == "yarn") {
       d.rope_yarn = true;
       if (auto f = r.find("factor"); f != r.end() && f->is_number()) d.yarn_factor = f->get<double>();
@@ -114,9 +118,10 @@ DrafterConfig parse_drafter_config(const json& cfg) {
   } else if (auto v2 = int_list(cfg, "target_layer_ids"); !v2.empty()) {
     d.target_layer_ids = v2, d.target_layer_ids_source = "target_layer_ids";
   } else if (auto v3 = int_list(cfg, "eagle_aux_hidden_state_layer_ids"); !v3.empty()) {
-    for (auto x : v3) d.target_layer_ids.push_back(x - 1);
+    for (auto x : v3) d.target_layer_ids.push_back(x > 0 ? x - 1 : -1);  // -1: refused later
     d.target_layer_ids_source = "eagle_aux_hidden_state_layer_ids - 1";
-  } else if (d.num_target_layers && d.layers > 1) {  // z-lab default build_target_layer_ids
+  } else if (d.num_target_layers && *d.num_target_layers >= 4 && d.layers > 1 &&
+             d.layers <= 1024) {  // z-lab default build_target_layer_ids
     for (int64_t i = 0; i < d.layers; ++i)
       d.target_layer_ids.push_back(int64_t(std::llround(
           1.0 + double(i) * double(*d.num_target_layers - 3 - 1) / double(d.layers - 1))));

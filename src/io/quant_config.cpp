@@ -435,6 +435,25 @@ struct Checker {
   }
 };
 
+// Index of the first NaN / Inf among a float tensor's values (exponent bits all ones), or -1.
+int64_t first_nonfinite(const TensorInfo& t) {
+  int64_t n = 1;
+  for (auto d : t.shape) n *= d;
+  for (int64_t i = 0; i < n; ++i) {
+    if (t.dtype == DType::F32) {
+      uint32_t u;
+      std::memcpy(&u, t.data + 4 * i, 4);
+      if ((u & 0x7F800000u) == 0x7F800000u) return i;
+    } else {
+      uint16_t h;
+      std::memcpy(&h, t.data + 2 * i, 2);
+      const uint16_t exp = t.dtype == DType::BF16 ? 0x7F80 : 0x7C00;
+      if ((h & exp) == exp) return i;
+    }
+  }
+  return -1;
+}
+
 }  // namespace
 
 CheckedModule check_module(const QuantConfig& qc, const std::string& module, const TensorLookup& lookup,
@@ -530,6 +549,11 @@ CheckedModule check_module(const QuantConfig& qc, const std::string& module, con
                     " group=" + std::to_string(g) + ", found " + dtype_name(t->dtype) + " " + shape_str(t->shape),
                 *t);
       if (s.dtype != bb.dtype) c.bad("scales and biases have different dtypes", bb);
+      if (opt.scan_block_scales)
+        for (const auto& [t, n] : {std::pair{&s, "scales"}, {&bb, "biases"}})
+          if (const int64_t i = t->data ? first_nonfinite(*t) : -1; i >= 0)
+            c.bad("." + std::string(n) + " has a non-finite value at element " + std::to_string(i),
+                  *t);
       r.scales_dtype = s.dtype;
       return r;
     }

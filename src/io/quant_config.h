@@ -92,7 +92,8 @@ struct CheckedModule {
 };
 
 struct CheckOptions {
-  bool scan_block_scales = true;  // NVFP4: reject E4M3 NaN codes in weight_scale (needs data)
+  // Scan scale values (needs data): NVFP4 weight_scale E4M3 NaN codes, MLX scales/biases NaN/Inf.
+  bool scan_block_scales = true;
 };
 
 // Verifies that MODULE's tensors (MODULE.weight, .weight_scale, ...) exist with the dtypes and

@@ -34,6 +34,21 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::C64, "C64", 64},
 };
 constexpr uint64_t kMaxHeader = 100'000'000;
+
+// Parses JSON text, refusing a key that appears twice in one object: a JSON parser keeps one of
+// the two silently, and a header or index that names a tensor twice is corrupt.
+json parse_unique_keys(const char* begin, const char* end, const std::string& source) {
+  std::vector<std::set<std::string>> keys;  // one set per open object
+  return json::parse(begin, end, [&](int, json::parse_event_t ev, json& v) {
+    if (ev == json::parse_event_t::object_start)
+      keys.emplace_back();
+    else if (ev == json::parse_event_t::object_end)
+      keys.pop_back();
+    else if (ev == json::parse_event_t::key && !keys.back().insert(v.get<std::string>()).second)
+      fail("{}: '{}' appears twice in one JSON object", source, v.get<std::string>());
+    return true;
+  });
+}
 }  // namespace
 
 const char* dtype_name(DType t) {
@@ -77,7 +92,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
   const char* hb = reinterpret_cast<const char*>(map_.data() + 8);
   json h;
   try {
-    h = json::parse(hb, hb + n);
+    h = parse_unique_keys(hb, hb + n, path);
   } catch (const json::exception& e) {
     fail("{}: malformed header JSON: {}", path, e.what());
   }
@@ -86,7 +101,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
   const uint64_t data_size = size - data_start;
   struct Span {
     uint64_t b, e;
-    const std::string* name;
+    TensorView* view;
   };
   std::vector<Span> spans;
   for (auto it = h.begin(); it != h.end(); ++it) {
@@ -127,30 +142,36 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
         fail("{}: tensor '{}': data_offsets must be non-negative integers", path, name);
     const uint64_t b = t["data_offsets"][0].get<uint64_t>(), e = t["data_offsets"][1].get<uint64_t>();
     if (e < b) fail("{}: tensor '{}': data_offsets end {} < begin {}", path, name, e, b);
-    if (e > data_size)
-      fail("{}: tensor '{}': data_offsets [{}, {}] run past the end of the data ({} bytes; truncated file?)",
-           path, name, b, e, data_size);
     const unsigned __int128 bits = numel * (unsigned)dtype_bits(v.dtype);
     if (bits % 8 != 0) fail("{}: tensor '{}': {} elements of {} do not fill whole bytes", path, name, (uint64_t)numel, ds);
     if (bits / 8 != e - b)
       fail("{}: tensor '{}': dtype {} x shape {} = {} bytes, but data_offsets span {} bytes", path, name, ds,
            t["shape"].dump(), (uint64_t)(bits / 8), e - b);
     v.nbytes = e - b;
-    v.data = map_.data() + data_start + b;
     auto [pos, inserted] = tensors_.emplace(name, std::move(v));
     if (!inserted) fail("{}: duplicate tensor '{}'", path, name);
     pos->second.file = &map_.path();
-    spans.push_back({b, e, &pos->first});
+    spans.push_back({b, e, &pos->second});
   }
-  // Tensors must tile the data section without holes or overlaps (as the reference parser requires).
+  // Tensors must tile the data section without holes or overlaps (as the reference parser
+  // requires). In offset order, so that a truncated file names the tensor at the cut.
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
     return a.b != b.b ? a.b < b.b : a.e < b.e;
   });
   uint64_t at = 0;
   for (const auto& s : spans) {
-    if (s.b < at) fail("{}: tensor '{}' overlaps the previous tensor (offset {} < {})", path, *s.name, s.b, at);
-    if (s.b > at) fail("{}: hole in the data section before tensor '{}' (offset {} > {})", path, *s.name, s.b, at);
+    const std::string& name = s.view->name;
+    if (s.e > data_size)
+      fail(
+          "{}: tensor '{}': data_offsets [{}, {}] run past the end of the data ({} bytes; "
+          "truncated file?)",
+          path, name, s.b, s.e, data_size);
+    if (s.b < at)
+      fail("{}: tensor '{}' overlaps the previous tensor (offset {} < {})", path, name, s.b, at);
+    if (s.b > at)
+      fail("{}: hole in the data section before tensor '{}' (offset {} > {})", path, name, s.b, at);
     at = s.e;
+    s.view->data = map_.data() + data_start + s.b;
   }
   if (at != data_size)
     fail("{}: data section is {} bytes but tensors cover {} (truncated or trailing bytes)", path, data_size, at);
@@ -174,7 +195,8 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
     {
       MappedFile m(idx.string());
       try {
-        j = json::parse(m.data(), m.data() + m.size());
+        j = parse_unique_keys(reinterpret_cast<const char*>(m.data()),
+                              reinterpret_cast<const char*>(m.data() + m.size()), idx.string());
       } catch (const json::exception& e) {
         fail("{}: malformed JSON: {}", idx.string(), e.what());
       }
@@ -182,6 +204,7 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       fail("{}: missing 'weight_map' object", idx.string());
     std::map<std::string, std::vector<std::string>> by_file;
+    std::map<std::string, const std::string*> shard_of;  // every tensor of every shard -> its file
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
       if (!it->is_string()) fail("{}: weight_map['{}'] is not a string", idx.string(), it.key());
       const std::string f = it->get<std::string>();
@@ -194,6 +217,9 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
       if (!fs::exists(p)) fail("{}: missing shard '{}' (listed in {} for tensor '{}')", dir, f, idx.filename().string(), names.front());
       st.files_.push_back(std::make_unique<SafetensorsFile>(p.string()));
       const auto& file = *st.files_.back();
+      for (const auto& [n, _] : file.tensors())
+        if (auto [it, fresh] = shard_of.emplace(n, &file.path()); !fresh)
+          fail("{}: tensor '{}' is in two shards: {} and {}", dir, n, *it->second, file.path());
       for (const auto& n : names) {
         auto t = file.tensors().find(n);
         if (t == file.tensors().end())

@@ -1,5 +1,7 @@
 #include "text/output_parser.h"
 
+#include <algorithm>
+
 #include "text/detokenizer.h"
 
 namespace nemo::text {
@@ -75,12 +77,15 @@ bool parse_tool_call_body(std::string_view body, const ojson& tools, ToolCall& o
     p = vend == close ? close + 12 : vend;
     if (p >= rest.size()) break;
   }
-  out.arguments = args.dump();
+  // Ill-formed UTF-8 in a value becomes U+FFFD (dump() would throw on it).
+  out.arguments = args.dump(-1, ' ', false, ojson::error_handler_t::replace);
   return true;
 }
 
 OutputParser::OutputParser(OutputParserOptions opts) : opts_(std::move(opts)) {
-  state_ = opts_.parse_reasoning && opts_.start_in_reasoning ? State::Reasoning : State::Start;
+  state_ = !opts_.parse_reasoning     ? State::Content
+           : opts_.start_in_reasoning ? State::Reasoning
+                                      : State::Start;
 }
 
 void OutputParser::emit_reasoning(std::string_view s, bool final, OutputDelta& out) {
@@ -128,9 +133,8 @@ void OutputParser::feed(std::string_view text, bool final, OutputDelta& out) {
     std::vector<std::string> tags;
     switch (state_) {
       case State::Start:
-        tags = {opts_.think_open};
+        tags = {opts_.think_open, opts_.think_close};
         if (opts_.parse_tool_calls) tags.push_back(opts_.call_open);
-        if (opts_.parse_reasoning) tags.push_back(opts_.think_close);
         break;
       case State::Reasoning:
         tags = {opts_.think_close};
@@ -151,7 +155,6 @@ void OutputParser::feed(std::string_view text, bool final, OutputDelta& out) {
       else if (state_ == State::ToolCall) call_buf_.append(ready);
       else {
         // In Start, wait for non-whitespace before deciding there is no <think>.
-        if (state_ == State::Start && !opts_.parse_reasoning) state_ = State::Content;
         if (state_ == State::Start) {
           size_t k = 0;
           while (k < ready.size() && is_ws(ready[k])) ++k;
@@ -166,6 +169,12 @@ void OutputParser::feed(std::string_view text, bool final, OutputDelta& out) {
     std::string_view before(buf_.data(), pos);
     switch (state_) {
       case State::Start:
+        // A tag after other text is no reasoning block: the text decided Content, as it does
+        // when it arrives in a piece of its own (the result must not depend on the chunking).
+        if (std::any_of(before.begin(), before.end(), [](char c) { return !is_ws(c); })) {
+          state_ = State::Content;
+          continue;
+        }
         if (tag == opts_.think_open) {
           emit_content(before, false, out);
           ws_.clear();
@@ -180,8 +189,9 @@ void OutputParser::feed(std::string_view text, bool final, OutputDelta& out) {
         }
         break;
       case State::Reasoning:
-        if (tag == opts_.think_open) {
+        if (tag == opts_.think_open) {  // dropped only before any reasoning text, else text
           emit_reasoning(before, false, out);
+          if (reasoning_started_) emit_reasoning(tag, false, out);
           break;
         }
         emit_reasoning(before, true, out);

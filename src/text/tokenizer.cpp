@@ -19,6 +19,9 @@ namespace nemo::text {
 using json = nlohmann::json;
 
 namespace {
+// Token ids index dense tables (id -> token): a stray huge id in a corrupt tokenizer.json must
+// fail to load, not allocate gigabytes. Real vocabularies are below 2^18.
+constexpr int64_t kMaxTokenId = (int64_t(1) << 24) - 1;
 
 // ---------------------------------------------------------------- small utilities
 
@@ -357,8 +360,8 @@ void Tokenizer::Impl::load(const json& tj, const json& cfg) {
       std::string path = fmt::format("{}: added_tokens[{}]", source, i);
       const json& t = at[i];
       const json& idj = need(t, "id", path);
-      if (!idj.is_number_integer() || idj.get<int64_t>() < 0 || idj.get<int64_t>() > INT32_MAX)
-        fail("{}.id: expected a non-negative integer", path);
+      if (!idj.is_number_integer() || idj.get<int64_t>() < 0 || idj.get<int64_t>() > kMaxTokenId)
+        fail("{}.id: expected an integer in [0, {}]", path, kMaxTokenId);
       AddedToken a;
       a.id = idj.get<int32_t>();
       a.content = need_str(t, "content", path);
@@ -505,8 +508,9 @@ void Tokenizer::Impl::load_model(const json& m) {
   if (!v.is_object()) fail("{}.vocab: expected an object of token -> id", path);
   int32_t max_id = -1;
   for (auto it = v.begin(); it != v.end(); ++it)
-    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > INT32_MAX)
-      fail("{}.vocab[{}]: id must be a non-negative integer", path, json(it.key()).dump());
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > kMaxTokenId)
+      fail("{}.vocab[{}]: id must be an integer in [0, {}]", path, json(it.key()).dump(),
+           kMaxTokenId);
     else
       max_id = std::max(max_id, it->get<int32_t>());
   id_to_tok.assign(size_t(max_id + 1), {});

@@ -4,7 +4,6 @@ converted to each published format is byte for byte what `synth` writes directly
 seed (synth's dense f32 output holds its logical values exactly), for targets and for DFlash /
 DSpark drafters; a perturbed source is caught by the same comparison (the check's power); a
 missing or misshapen tensor is an error naming the file and the tensor."""
-import json
 import os
 import struct
 import sys
@@ -12,6 +11,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from clitest import CliTest  # noqa: E402
+from safetensors_file import read as read_st, write as write_st  # noqa: E402
 
 T = CliTest(sys.argv[1], "convert cli")
 run, check, must = T.run, T.check, T.must
@@ -31,31 +31,6 @@ def same_weights(a, b):
             if x.read() != y.read():
                 return False, f"{f} differs"
     return True, ""
-
-
-def read_st(path):
-    with open(path, "rb") as f:
-        b = f.read()
-    n = struct.unpack("<Q", b[:8])[0]
-    hdr = json.loads(b[8:8 + n])
-    meta = hdr.pop("__metadata__", None)
-    data = b[8 + n:]
-    ts = [(k, v["dtype"], v["shape"], bytearray(data[v["data_offsets"][0]:v["data_offsets"][1]]))
-          for k, v in sorted(hdr.items(), key=lambda kv: kv[1]["data_offsets"][0])]
-    return ts, meta
-
-
-def write_st(path, ts, meta):
-    hdr, off = {}, 0
-    if meta:
-        hdr["__metadata__"] = meta
-    for name, dtype, shape, data in ts:
-        hdr[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(data)]}
-        off += len(data)
-    h = json.dumps(hdr).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(bytes(t[3]) for t in ts))
 
 
 def edit(d, fn):

@@ -47,6 +47,11 @@ bool is_float(DType d) { return d == DType::BF16 || d == DType::F16 || d == DTyp
 
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
+// " [in FILE]" for a problem message, as io::check_module writes it; "" when the file is unknown.
+std::string in_file(const InspectTensor& t) {
+  return t.file.empty() ? "" : " [in " + t.file + "]";
+}
+
 // Tensors that describe a quantization, never parameters.
 bool is_scale_suffix(const std::string& suffix) {
   return suffix == "weight_scale" || suffix == "weight_scale_2" || suffix == "input_scale" || suffix == "k_scale" ||
@@ -199,27 +204,19 @@ class Expect {
     overflow_ = 0;
   }
 
-  // A vector-like parameter of n float elements (norm weights, biases, A_log, D, dt_bias).
-  void vec(const std::string& name, int64_t n) {
-    const InspectTensor* t = cat_.find(name);
-    if (!t) return problem(fmt::format("missing tensor {} (expected [{}])", name, n));
-    used_.insert(name);
-    if (!is_float(t->dtype) || numel_of(t->shape) != n)
-      problem(fmt::format("tensor {} is {} {}, expected a float vector of {} elements", name, io::dtype_name(t->dtype),
-                          shape_str(t->shape), n));
-  }
-
-  // Depthwise conv taps [C, 1, K] (HF) or [C, K, 1] (MLX) or [C, K].
-  void conv(const std::string& name, int64_t c, int64_t k) {
-    const InspectTensor* t = cat_.find(name);
-    if (!t) return problem(fmt::format("missing tensor {} (expected [{}, 1, {}])", name, c, k));
-    used_.insert(name);
-    const auto& s = t->shape;
-    const bool ok = is_float(t->dtype) && (s == std::vector<int64_t>{c, 1, k} || s == std::vector<int64_t>{c, k, 1} ||
-                                           s == std::vector<int64_t>{c, k});
-    if (!ok)
-      problem(fmt::format("tensor {} is {} {}, expected float [{}, 1, {}]", name, io::dtype_name(t->dtype),
-                          shape_str(s), c, k));
+  // A float tensor that is not a Linear (norm weights, biases, A_log, D, dt_bias, conv taps) in
+  // one of the shapes the loader accepts (TensorSpec::accepted_shapes).
+  void tensor(const layout::TensorSpec& spec) {
+    const auto shapes = spec.accepted_shapes();
+    const InspectTensor* t = cat_.find(spec.name);
+    if (!t)
+      return problem(
+          fmt::format("missing tensor {} (expected {})", spec.name, shape_str(shapes[0])));
+    used_.insert(spec.name);
+    if (!is_float(t->dtype) || std::find(shapes.begin(), shapes.end(), t->shape) == shapes.end())
+      problem(fmt::format("tensor {} is {} {}, expected float {}{}", spec.name,
+                          io::dtype_name(t->dtype), shape_str(t->shape), shape_str(shapes[0]),
+                          in_file(*t)));
   }
 
   // A linear module of logical shape [stacked?, out, in] in any accepted form (dense, NVFP4
@@ -243,10 +240,11 @@ class Expect {
     const InspectTensor* w = cat_.find(prefix + ".weight");
     const bool rank_ok = stacked ? (w->shape.size() == 3) : (w->shape.size() == 2);
     if (!rank_ok || m->out != out || (in >= 0 && m->in != in) || m->stacked != stacked) {
-      problem(fmt::format("module {} ({}): weight {} {} is logically {}[{}, {}], expected {}[{}, {}]", prefix, m->format,
-                          io::dtype_name(w->dtype), shape_str(w->shape),
-                          m->stacked ? std::to_string(m->stacked) + " x " : "", m->out, m->in,
-                          stacked ? std::to_string(stacked) + " x " : "", out, in < 0 ? m->in : in));
+      problem(fmt::format(
+          "module {} ({}): weight {} {} is logically {}[{}, {}], expected {}[{}, {}]{}", prefix,
+          m->format, io::dtype_name(w->dtype), shape_str(w->shape),
+          m->stacked ? std::to_string(m->stacked) + " x " : "", m->out, m->in,
+          stacked ? std::to_string(stacked) + " x " : "", out, in < 0 ? m->in : in, in_file(*w)));
       return -1;
     }
     return m->in;
@@ -277,8 +275,10 @@ void expect_layout(Expect& x, const Catalog& cat, const std::vector<layout::Tens
         }
         x.linear(s.name, s.shape[0], s.shape[1]);
         break;
-      case layout::Kind::Vector: x.vec(s.name, s.shape[0]); break;
-      case layout::Kind::Conv: x.conv(s.name, s.shape[0], s.shape[2]); break;
+      case layout::Kind::Vector:
+      case layout::Kind::Conv:
+        x.tensor(s);
+        break;
     }
   }
 }
