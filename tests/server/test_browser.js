@@ -46,7 +46,8 @@ async function main() {
   const { chromium } = await importOrSkip("playwright-core");
 
   const KEY = "sk-browser-test";
-  const [server, keyed] = await Promise.all([startServer(bin), startServer(bin, ["--api-key", KEY])]);
+  // --ctx-size 0: no context limit, so the Stop test below can ask for a reply of any length.
+  const [server, keyed] = await Promise.all([startServer(bin, ["--ctx-size", "0"]), startServer(bin, ["--api-key", KEY])]);
   const browser = await chromium.launch({
     executablePath: CHROMIUM, headless: true, args: ["--no-sandbox", "--disable-gpu"],
   });
@@ -121,11 +122,12 @@ async function main() {
 
     // --- Stop during a long reply: the UI returns to idle, the server cancels and stays healthy.
     // The tiny model soon samples its end-of-turn token: the request gets the server's
-    // ignore_eos on its way (the page itself never sends it), so the greedy reply runs to its
-    // 3000 tokens (seconds on 2 cores) unless stopped.
+    // ignore_eos on its way (the page itself never sends it), and a budget of 100000 tokens
+    // (minutes even at ~900 tok/s), so the reply is still running when Stop is clicked however
+    // fast the engine or slow the browser.
     await page.route("**/v1/chat/completions", (route) => {
       const body = JSON.parse(route.request().postData());
-      route.continue({ postData: JSON.stringify({ ...body, ignore_eos: true }) });
+      route.continue({ postData: JSON.stringify({ ...body, ignore_eos: true, max_tokens: 100000 }) });
     });
     const before = await disconnects(server.url);
     await page.click("#clear");
