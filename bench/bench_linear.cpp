@@ -101,7 +101,7 @@ void run(benchmark::State& st, WeightFormat f, int64_t rows, int64_t cols) {
 }
 
 void args(benchmark::internal::Benchmark* b) {
-  for (int rows : {1, 2, 4, 8})
+  for (int rows : {1, 2, 4, 8, 64})
     for (int threads : {1, 2})
       for (int isa : {1, 2}) b->Args({rows, threads, isa});
   b->Unit(benchmark::kMicrosecond)->UseRealTime();

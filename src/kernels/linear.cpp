@@ -145,7 +145,9 @@ RangeFn select_range_fn(WeightFormat f, Isa isa) {
     case WeightFormat::F32:
     case WeightFormat::BF16:
     case WeightFormat::F16:
-      return isa >= Isa::Avx2 ? range_dense_avx2 : range_dense_ref;
+      return isa >= Isa::Avx512 ? range_dense_avx512
+             : isa >= Isa::Avx2 ? range_dense_avx2
+                                : range_dense_ref;
     case WeightFormat::NVFP4:
       return isa >= Isa::Avx512 ? range_nvfp4_avx512
              : isa >= Isa::Avx2 ? range_nvfp4_avx2

@@ -13,6 +13,7 @@
 
 #include "base/numeric.h"
 #include "kernels/linear_impl.h"
+#include "kernels/linear_packed.h"
 
 namespace nemo::kernels::detail {
 
@@ -35,7 +36,8 @@ inline float load_w(const PackedWeight& w, int64_t idx) {
       std::memcpy(&b, static_cast<const uint8_t*>(w.data) + 2 * idx, 2);
       return f16_to_f32(b);
     }
-    default: return NAN;
+    default:
+      return NAN;
   }
 }
 
@@ -45,8 +47,8 @@ void dequantize_row_dense(const PackedWeight& w, int64_t o, float* out) {
   for (int64_t k = 0; k < w.cols; ++k) out[k] = load_w(w, o * w.cols + k);
 }
 
-void range_dense_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
-                     int64_t y_stride, int64_t o_begin, int64_t o_end) {
+void range_dense_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                     float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
   const int64_t K = w.cols, K16 = K - K % 16;
   for (int64_t o = o_begin; o < o_end; ++o) {
     for (int64_t r = 0; r < n_rows; ++r) {
@@ -73,13 +75,15 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 load8(WeightFormat f, con
     }
     case WeightFormat::F16:
       return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    default: return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+    default:
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
   }
 }
 
 template <WeightFormat F, int R>
-__attribute__((target("avx2,fma,f16c"))) void tile_avx2(const PackedWeight& w, const float* x, int64_t x_stride,
-                                                        float* y, int64_t y_stride, int64_t o) {
+__attribute__((target("avx2,fma,f16c"))) void tile_avx2(const PackedWeight& w, const float* x,
+                                                        int64_t x_stride, float* y,
+                                                        int64_t y_stride, int64_t o) {
   constexpr int64_t es = F == WeightFormat::F32 ? 4 : 2;
   const int64_t K = w.cols, K16 = K - K % 16;
   const uint8_t* wr = static_cast<const uint8_t*>(w.data) + o * K * es;
@@ -104,8 +108,9 @@ __attribute__((target("avx2,fma,f16c"))) void tile_avx2(const PackedWeight& w, c
 }
 
 template <WeightFormat F>
-__attribute__((target("avx2,fma,f16c"))) void range_avx2_fmt(const PackedWeight& w, const float* x, int64_t n_rows,
-                                                             int64_t x_stride, float* y, int64_t y_stride,
+__attribute__((target("avx2,fma,f16c"))) void range_avx2_fmt(const PackedWeight& w, const float* x,
+                                                             int64_t n_rows, int64_t x_stride,
+                                                             float* y, int64_t y_stride,
                                                              int64_t o_begin, int64_t o_end) {
   // Outputs in blocks so the weight block stays cache-resident while all row tiles pass over it.
   const int64_t es = F == WeightFormat::F32 ? 4 : 2;
@@ -114,20 +119,101 @@ __attribute__((target("avx2,fma,f16c"))) void range_avx2_fmt(const PackedWeight&
     const int64_t o1 = std::min(o_end, o0 + ob);
     int64_t r = 0;
     for (; r + 4 <= n_rows; r += 4)
-      for (int64_t o = o0; o < o1; ++o) tile_avx2<F, 4>(w, x + r * x_stride, x_stride, y + r * y_stride, y_stride, o);
+      for (int64_t o = o0; o < o1; ++o)
+        tile_avx2<F, 4>(w, x + r * x_stride, x_stride, y + r * y_stride, y_stride, o);
     for (; r < n_rows; ++r)
-      for (int64_t o = o0; o < o1; ++o) tile_avx2<F, 1>(w, x + r * x_stride, x_stride, y + r * y_stride, y_stride, o);
+      for (int64_t o = o0; o < o1; ++o)
+        tile_avx2<F, 1>(w, x + r * x_stride, x_stride, y + r * y_stride, y_stride, o);
   }
 }
 
 }  // namespace
 
-void range_dense_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
-                      int64_t y_stride, int64_t o_begin, int64_t o_end) {
+void range_dense_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                      float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
   switch (w.format) {
-    case WeightFormat::BF16: return range_avx2_fmt<WeightFormat::BF16>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
-    case WeightFormat::F16: return range_avx2_fmt<WeightFormat::F16>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
-    default: return range_avx2_fmt<WeightFormat::F32>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+    case WeightFormat::BF16:
+      return range_avx2_fmt<WeightFormat::BF16>(w, x, n_rows, x_stride, y, y_stride, o_begin,
+                                                o_end);
+    case WeightFormat::F16:
+      return range_avx2_fmt<WeightFormat::F16>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+    default:
+      return range_avx2_fmt<WeightFormat::F32>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  }
+}
+
+// ---- AVX-512: the packed formats' tile driver (linear_packed.h) over a dense "decoder" ----
+// The canonical order above is the packed one with post = 1 ((s + t) * 1 == s + t), so the
+// tiles of up to 4 rows x 4 outputs and the wide f32-block path serve the dense formats unchanged.
+namespace {
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")
+
+template <WeightFormat F>
+struct DenseAvx512 {
+  static constexpr int64_t es = F == WeightFormat::F32 ? 4 : 2;
+  const PackedWeight* w = nullptr;
+  const uint8_t* p = nullptr;  // row o
+  int64_t K = 0;
+  void init(const PackedWeight& pw) { w = &pw, K = pw.cols; }
+  void row(int64_t o) { p = static_cast<const uint8_t*>(w->data) + o * K * es; }
+  float at(int64_t k) const {
+    switch (F) {
+      case WeightFormat::BF16: {
+        uint16_t b;
+        std::memcpy(&b, p + 2 * k, 2);
+        return bf16_to_f32(b);
+      }
+      case WeightFormat::F16: {
+        uint16_t b;
+        std::memcpy(&b, p + 2 * k, 2);
+        return f16_to_f32(b);
+      }
+      default: {
+        float v;
+        std::memcpy(&v, p + 4 * k, 4);
+        return v;
+      }
+    }
+  }
+  float post() const { return 1.0f; }
+  void prefetch(int64_t k, int64_t ahead) const {
+    _mm_prefetch(reinterpret_cast<const char*>(p + (ahead * K + k) * es), _MM_HINT_T0);
+    if constexpr (es == 4)
+      _mm_prefetch(reinterpret_cast<const char*>(p + (ahead * K + k) * es + 64), _MM_HINT_T0);
+  }
+  __m512 decode16z(int64_t k) const {
+    if constexpr (F == WeightFormat::BF16) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * k));
+      // maskz forms: GCC 12's unmasked ones warn of an uninitialised pass-through operand.
+      return _mm512_castsi512_ps(
+          _mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
+    } else if constexpr (F == WeightFormat::F16) {
+      return _mm512_maskz_cvtph_ps(0xFFFF,
+                                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * k)));
+    } else {
+      return _mm512_loadu_ps(reinterpret_cast<const float*>(p + 4 * k));
+    }
+  }
+};
+
+#pragma GCC pop_options
+
+}  // namespace
+
+void range_dense_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                        float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
+  switch (w.format) {
+    case WeightFormat::BF16:
+      return packed::range_avx512<DenseAvx512<WeightFormat::BF16>>(w, x, n_rows, x_stride, y,
+                                                                   y_stride, o_begin, o_end);
+    case WeightFormat::F16:
+      return packed::range_avx512<DenseAvx512<WeightFormat::F16>>(w, x, n_rows, x_stride, y,
+                                                                  y_stride, o_begin, o_end);
+    default:
+      return packed::range_avx512<DenseAvx512<WeightFormat::F32>>(w, x, n_rows, x_stride, y,
+                                                                  y_stride, o_begin, o_end);
   }
 }
 

@@ -11,6 +11,7 @@ using RangeFn = void (*)(const PackedWeight& w, const float* x, int64_t n_rows, 
 // Dense formats (linear_dense.cpp)
 void range_dense_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
 void range_dense_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
+void range_dense_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
 void dequantize_row_dense(const PackedWeight& w, int64_t o, float* out);
 
 // Packed formats (linear_nvfp4.cpp, linear_fp8.cpp, linear_affine.cpp; canonical order in

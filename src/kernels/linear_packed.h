@@ -287,8 +287,101 @@ inline void rows_z(const PackedWeight& w, const float* x, int64_t xs, float* y, 
   for (; o < o_end; ++o) tile_z<D, R, 1>(w, x, xs, y, ys, o);
 }
 
-// Up to 4 rows: one pass over the weights. More rows: output blocks small enough to stay in L2
-// (~64 KB of packed weights) are swept by every 4-row group in turn, so memory is read once.
+// Wide passes (>= kWideRows rows, prefill): the weights are decoded to f32 once per block of
+// kWideOut outputs and reused by every row, so the loop is FMA-bound rather than decode-bound.
+// k runs in chunks of kWideK so that one chunk of the block's weights (16 KB) and of a 4-row
+// group's activations (4 KB) stay in L1 while every tile passes over them; accumulators are
+// parked in memory between chunks. Each (row, output) still accumulates k = 0, 16, 32, ... into
+// its own 16 lanes in order, then finishes as finish_z does: the canonical order, bit for bit.
+constexpr int64_t kWideOut = 16, kWideK = 256;
+
+template <int R>
+inline void tile_f32z(const float* wr, int64_t K, int64_t k0, int64_t k1, const float* x,
+                      int64_t xs, float* acc /* [R][4][16] */) {
+  __m512 a[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) a[r][j] = _mm512_loadu_ps(acc + (r * 4 + j) * 16);
+  for (int64_t k = k0; k < k1; k += 16) {
+    __m512 wv[4];
+    for (int j = 0; j < 4; ++j) wv[j] = _mm512_loadu_ps(wr + j * K + k);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + r * xs + k);
+      for (int j = 0; j < 4; ++j) a[r][j] = _mm512_fmadd_ps(wv[j], xv, a[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(acc + (r * 4 + j) * 16, a[r][j]);
+}
+
+template <class D>
+void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
+                  int64_t ys, int64_t o_begin, int64_t o_end) {
+  const int64_t K = w.cols, K16 = K - K % 16;
+  const int64_t n_groups = (n_rows + 3) / 4;
+  const std::unique_ptr<float[]> buf(new float[size_t(kWideOut * K)]);  // written before read
+  const std::unique_ptr<float[]> acc(new float[size_t(n_groups * 4 * kWideOut * 16)]);
+  float post[kWideOut];
+  D d;
+  d.init(w);
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += kWideOut) {
+    const int64_t o1 = std::min(o_end, o0 + kWideOut), n4 = (o1 - o0) & ~int64_t(3);
+    for (int64_t o = o0; o < o1; ++o) {
+      float* wr = buf.get() + (o - o0) * K;
+      d.row(o);
+      for (int64_t k = 0; k < K16; k += 16) _mm512_storeu_ps(wr + k, d.decode16z(k));
+      for (int64_t k = K16; k < K; ++k) wr[k] = d.at(k);
+      post[o - o0] = d.post();
+    }
+    // 16 lanes at acc + ((g * (kWideOut / 4) + jt) * 16 + r * 4 + j) * 16: row 4g + r, output
+    // o0 + 4jt + j.
+    std::fill_n(acc.get(), n_groups * 4 * kWideOut * 16, 0.0f);
+    for (int64_t k0 = 0; k0 < K16; k0 += kWideK) {
+      const int64_t k1 = std::min(K16, k0 + kWideK);
+      for (int64_t g = 0; g < n_groups; ++g) {
+        const float* xr = x + 4 * g * xs;
+        for (int64_t j = 0; j < n4; j += 4) {
+          const float* wr = buf.get() + j * K;
+          float* a = acc.get() + (g * (kWideOut / 4) + j / 4) * 256;
+          switch (std::min<int64_t>(4, n_rows - 4 * g)) {
+            case 1:
+              tile_f32z<1>(wr, K, k0, k1, xr, xs, a);
+              break;
+            case 2:
+              tile_f32z<2>(wr, K, k0, k1, xr, xs, a);
+              break;
+            case 3:
+              tile_f32z<3>(wr, K, k0, k1, xr, xs, a);
+              break;
+            default:
+              tile_f32z<4>(wr, K, k0, k1, xr, xs, a);
+          }
+        }
+      }
+    }
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const float* xr = x + r * xs;
+      for (int64_t j = 0; j < n4; ++j) {
+        const float* wj = buf.get() + j * K;
+        const __m512 a = _mm512_loadu_ps(
+            acc.get() + (((r / 4) * (kWideOut / 4) + j / 4) * 16 + (r % 4) * 4 + j % 4) * 16);
+        alignas(32) float v[8];
+        _mm256_store_ps(v, _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, a, 0),
+                                         _mm512_maskz_extractf32x8_ps(0xFF, a, 1)));
+        float t = 0.0f;
+        for (int64_t k = K16; k < K; ++k) t = std::fma(wj[k], xr[k], t);
+        y[r * ys + o0 + j] = (hsum8_fixed(v) + t) * post[j];
+      }
+      // Outputs past the last full 4 (a short final block): in-register tiles of one output.
+      for (int64_t o = o0 + n4; o < o1; ++o) tile_z<D, 1, 1>(w, xr, xs, y + r * ys, ys, o);
+    }
+  }
+}
+
+constexpr int64_t kWideRows = 8;
+
+// Up to 4 rows: one pass over the weights. 5..kWideRows-1 rows: output blocks small enough to stay
+// in L2 (~64 KB of packed weights) are swept by every 4-row group in turn, decoding in registers,
+// so memory is read once. Wider: range_wide_z.
 template <class D>
 void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
                   int64_t ys, int64_t o_begin, int64_t o_end) {
@@ -308,6 +401,7 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
     }
   };
   if (n_rows <= 4) return rows(0, o_begin, o_end);
+  if (n_rows >= kWideRows) return range_wide_z<D>(w, x, n_rows, xs, y, ys, o_begin, o_end);
   const int64_t row_bytes = std::max<int64_t>(1, w.bytes() / std::max<int64_t>(1, w.rows));
   const int64_t ob = std::clamp<int64_t>((64 * 1024) / row_bytes, 4, 1024) & ~int64_t(3);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {

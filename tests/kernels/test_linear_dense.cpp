@@ -2,6 +2,7 @@
 // against a float64 dot product.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -68,13 +69,20 @@ TEST_P(DenseLinear, SimdEqualsReferenceAndBatchInvariant) {
   const auto [fmt, cols] = GetParam();
   const int64_t rows = 37;
   Mat m = make(fmt, rows, cols, 1);
-  for (int64_t n : {1, 3, 4, 5, 16, 17}) {
+  int simd_checked = 0;
+  // 1..4: one register tile; 5..7: 4-row groups over L2 blocks; 8+: the AVX-512 f32-block path.
+  for (int64_t n : {1, 3, 4, 5, 7, 8, 16, 17, 33}) {
     auto x = rand_x(n * cols, uint32_t(n));
-    std::vector<float> yref(size_t(n * rows)), ysimd(size_t(n * rows)), yone(static_cast<size_t>(rows));
+    std::vector<float> yref(size_t(n * rows)), ysimd(size_t(n * rows)),
+        yone(static_cast<size_t>(rows));
     linear_range(m.w, x.data(), n, cols, yref.data(), rows, 0, rows, Isa::Reference);
-    if (detected_isa() >= Isa::Avx2) {
-      linear_range(m.w, x.data(), n, cols, ysimd.data(), rows, 0, rows, Isa::Avx2);
-      ASSERT_EQ(0, std::memcmp(yref.data(), ysimd.data(), yref.size() * 4)) << "n=" << n;
+    for (Isa isa : available_isas()) {
+      if (isa == Isa::Reference) continue;
+      std::fill(ysimd.begin(), ysimd.end(), -1.0f);
+      linear_range(m.w, x.data(), n, cols, ysimd.data(), rows, 0, rows, isa);
+      ASSERT_EQ(0, std::memcmp(yref.data(), ysimd.data(), yref.size() * 4))
+          << "n=" << n << " " << isa_name(isa);
+      ++simd_checked;
     }
     for (int threads : {1, 2, 3}) {
       std::vector<float> yt(size_t(n * rows));
@@ -84,7 +92,8 @@ TEST_P(DenseLinear, SimdEqualsReferenceAndBatchInvariant) {
     // Each row alone gives the same bits as inside the batch.
     for (int64_t r = 0; r < n; ++r) {
       linear(m.w, x.data() + r * cols, 1, cols, yone.data(), rows, ThreadConfig{1});
-      ASSERT_EQ(0, std::memcmp(yone.data(), yref.data() + r * rows, size_t(rows) * 4)) << "row " << r;
+      ASSERT_EQ(0, std::memcmp(yone.data(), yref.data() + r * rows, size_t(rows) * 4))
+          << "row " << r;
     }
     // Values: close to a float64 dot product.
     for (int64_t r = 0; r < n; ++r)
@@ -97,11 +106,13 @@ TEST_P(DenseLinear, SimdEqualsReferenceAndBatchInvariant) {
         ASSERT_NEAR(yref[size_t(r * rows + o)], s, 1e-6 * mag + 1e-30);
       }
   }
+  EXPECT_EQ(simd_checked, 9 * int(available_isas().size() - 1));  // every SIMD path ran
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, DenseLinear,
-                         testing::Combine(testing::Values(WeightFormat::F32, WeightFormat::BF16, WeightFormat::F16),
-                                          testing::Values(int64_t(16), int64_t(72), int64_t(100), int64_t(2688))));
+INSTANTIATE_TEST_SUITE_P(
+    Formats, DenseLinear,
+    testing::Combine(testing::Values(WeightFormat::F32, WeightFormat::BF16, WeightFormat::F16),
+                     testing::Values(int64_t(16), int64_t(72), int64_t(100), int64_t(2688))));
 
 TEST(Ops, DotAndRmsNorm) {
   auto a = rand_x(1001, 5), b = rand_x(1001, 6);
@@ -132,9 +143,13 @@ TEST(Ops, Activations) {
 TEST(Numeric, Bf16F16Conversions) {
   for (uint32_t b = 0; b < 65536; ++b) {
     const float f = bf16_to_f32(uint16_t(b));
-    if (!std::isnan(f)) ASSERT_EQ(f32_to_bf16(f), b);
+    if (!std::isnan(f)) {
+      ASSERT_EQ(f32_to_bf16(f), b);
+    }
     const float h = f16_to_f32(uint16_t(b));
-    if (!std::isnan(h)) ASSERT_EQ(f32_to_f16(h), b) << b;
+    if (!std::isnan(h)) {
+      ASSERT_EQ(f32_to_f16(h), b) << b;
+    }
   }
   EXPECT_EQ(f32_to_bf16(1.00390625f), 0x3f80);  // tie → even
   EXPECT_EQ(f32_to_bf16(1.01171875f), 0x3f82);  // tie → even (up)
