@@ -5,7 +5,11 @@
 // so the paths are measured side by side in one run. Shapes are Lightning's: expert down_proj
 // [2688, 1856], lm_head [131072, 2688], Mamba in_proj [10304, 2688] (FP8).
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -100,6 +104,68 @@ void run(benchmark::State& st, WeightFormat f, int64_t rows, int64_t cols) {
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
+// Decode through cold experts: 96 distinct [2688, 1856] NVFP4 matrices (270 MB, far beyond the
+// caches), one per call in turn, as MoE decode meets them; compare its bytes/s with the single
+// large lm_head matrix to see what short per-expert streams cost.
+void experts_cold(benchmark::State& st) {
+  static std::vector<Weights> ex;
+  if (ex.empty())
+    for (int i = 0; i < 96; ++i) ex.push_back(make(WeightFormat::NVFP4, 2688, 1856));
+  const ThreadConfig tc{int(st.range(1))};
+  set_active_isa(Isa(st.range(2)));
+  st.SetLabel(isa_name(active_isa()));
+  const int64_t n = st.range(0), K = 1856;
+  std::vector<float> x(size_t(n * K), 0.5f), y(size_t(n * 2688));
+  size_t i = 0;
+  for (auto _ : st) {
+    const Weights& m = ex[i++ % ex.size()];
+    linear(m.w, x.data(), n, K, y.data(), 2688, tc);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * ex[0].w.bytes());
+}
+
+// The same 96 experts served from a file mapping (4 KB page-cache pages, as the engine maps a
+// checkpoint), every page touched before timing.
+void experts_cold_file(benchmark::State& st) {
+  static std::vector<PackedWeight> ex;
+  static const uint8_t* base = nullptr;
+  const int64_t per = 2688 * 1856 / 2, sc = 2688 * 1856 / 16;
+  if (ex.empty()) {
+    const Weights m = make(WeightFormat::NVFP4, 2688, 1856);
+    char path[] = "/tmp/nemo_experts_XXXXXX";
+    const int fd = mkstemp(path);
+    for (int i = 0; i < 96; ++i) {
+      if (write(fd, m.data.data(), size_t(per)) != per) std::abort();
+      if (write(fd, m.scales.data(), size_t(sc)) != sc) std::abort();
+    }
+    fsync(fd);
+    const size_t len = size_t(96 * (per + sc));
+    base = static_cast<const uint8_t*>(mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd, 0));
+    close(fd);
+    unlink(path);
+    for (int pass = 0; pass < 3; ++pass)
+      for (size_t i = 0; i < len; i += 4096)
+        benchmark::DoNotOptimize(static_cast<const volatile uint8_t*>(base)[i]);
+    for (int i = 0; i < 96; ++i) {
+      PackedWeight w = m.w;
+      w.data = base + i * (per + sc);
+      w.scales = base + i * (per + sc) + per;
+      ex.push_back(w);
+    }
+  }
+  const ThreadConfig tc{int(st.range(1))};
+  set_active_isa(Isa(st.range(2)));
+  const int64_t n = st.range(0), K = 1856;
+  std::vector<float> x(size_t(n * K), 0.5f), y(size_t(n * 2688));
+  size_t i = 0;
+  for (auto _ : st) {
+    linear(ex[i++ % ex.size()], x.data(), n, K, y.data(), 2688, tc);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * ex[0].bytes());
+}
+
 void args(benchmark::internal::Benchmark* b) {
   for (int rows : {1, 2, 4, 8, 64})
     for (int threads : {1, 2})
@@ -117,4 +183,6 @@ BENCHMARK_CAPTURE(run, Linear_affine4_131072x2688, WeightFormat::AFFINE4, 131072
     ->Apply(args);
 BENCHMARK_CAPTURE(run, Linear_affine8_10304x2688, WeightFormat::AFFINE8, 10304, 2688)->Apply(args);
 BENCHMARK_CAPTURE(run, Linear_bf16_10304x2688, WeightFormat::BF16, 10304, 2688)->Apply(args);
+BENCHMARK(experts_cold)->Name("Linear_nvfp4_2688x1856_96_experts_cold")->Apply(args);
+BENCHMARK(experts_cold_file)->Name("Linear_nvfp4_2688x1856_96_experts_file")->Apply(args);
 BENCHMARK_CAPTURE(run, Linear_nvfp4_256x1856_L2, WeightFormat::NVFP4, 256, 1856)->Apply(args);

@@ -73,7 +73,7 @@ struct BenchOpts {
   std::vector<std::string> prompt_files;
   int64_t prompt = 128, gen = 32;
   int threads = 0, reps = 1;
-  bool json = false, membw = false, verify_curve = false;
+  bool json = false, membw = false, verify_curve = false, cold = false;
 };
 
 // One benchmark run over one loaded model: each part adds its numbers to `j` and prints them
@@ -441,6 +441,12 @@ struct Bench {
     std::printf("memory     peak RSS %.3f GB, checkpoint files %.3f GB, state %.1f MB\n", rss_gb,
                 j["file_gb"].get<double>(), double(state_bytes) / 1e6);
     std::printf("load       %.2f s\n", load_s);
+    if (j.contains("warm_pages_s"))
+      std::printf("warm-up    every page of the %.3f GB of checkpoint files mapped in %.2f s (--cold: "
+                  "not)\n",
+                  j["warm_pages_gb"].get<double>(), j["warm_pages_s"].get<double>());
+    else
+      std::printf("warm-up    none (--cold): first touches of expert pages fall inside timed steps\n");
   }
 };
 
@@ -462,6 +468,9 @@ std::vector<Command> make_bench_command() {
     s->add_option("--kv-cache", bo->kv_cache, "KV-cache storage: f32 | bf16 | fp8")
         ->capture_default_str();
     s->add_flag("--membw", bo->membw, "Also measure memory read bandwidth (roofline)");
+    s->add_flag("--cold", bo->cold,
+                "Do not map every weight page before measuring: experts then pay their first-touch "
+                "page faults inside the timed steps, and RSS shows only the pages the run read");
     s->add_option("--spec", bo->spec,
                   "Also run speculative decoding with: none | ngram | mtp | oracle | wrong | draft | "
                   "draft-oracle | all (comma list)")
@@ -515,6 +524,15 @@ std::vector<Command> make_bench_command() {
     b.j = {{"model", dir->path},        {"layers", m->config().pattern()},
            {"threads", b.tc.n_threads}, {"isa", kernels::isa_name(kernels::active_isa())},
            {"load_s", load_s},          {"rss_before_load_mb", rss_before_load}};
+    // Steady state, as in a server that has run a while (and as llama-bench's warm-up, which runs
+    // every expert): every page of the checkpoint mapped before anything is timed.
+    if (!bo->cold) {
+      const double tw = now_seconds();
+      const double gb = double(m->store().touch_pages()) / 1e9;
+      b.j["warm_pages_gb"] = gb;
+      b.j["warm_pages_s"] = now_seconds() - tw;
+    }
+    b.j["cold"] = bo->cold;
     b.plain();
     if (bo->membw) b.roofline();
     if (bo->verify_curve) b.verify_curve();

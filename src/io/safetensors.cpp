@@ -259,6 +259,11 @@ uint64_t TensorStore::total_bytes() const {
   for (const auto& [_, v] : index_) s += v->nbytes;
   return s;
 }
+uint64_t TensorStore::touch_pages() const {
+  uint64_t s = 0;
+  for (const auto& f : files_) s += f->touch_pages();
+  return s;
+}
 uint64_t TensorStore::file_bytes() const {
   uint64_t s = 0;
   for (const auto& f : files_) s += fs::file_size(f->path());

@@ -13,8 +13,25 @@
 namespace nemo::io {
 
 enum class DType : uint8_t {
-  BOOL, U8, I8, F8_E4M3, F8_E5M2, F8_E4M3FNUZ, F8_E5M2FNUZ, F8_E8M0,
-  I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64, C64,
+  BOOL,
+  U8,
+  I8,
+  F8_E4M3,
+  F8_E5M2,
+  F8_E4M3FNUZ,
+  F8_E5M2FNUZ,
+  F8_E8M0,
+  I16,
+  U16,
+  F16,
+  BF16,
+  I32,
+  U32,
+  F32,
+  F64,
+  I64,
+  U64,
+  C64,
 };
 
 const char* dtype_name(DType t);
@@ -43,6 +60,7 @@ class SafetensorsFile {
   const std::string& path() const { return map_.path(); }
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  size_t touch_pages() const { return map_.touch_pages(); }
 
  private:
   MappedFile map_;
@@ -63,6 +81,8 @@ class TensorStore {
   std::vector<std::string> names() const;
   uint64_t total_bytes() const;  // bytes of all tensor data
   uint64_t file_bytes() const;   // bytes of all files
+  // Maps every page of every file (MappedFile::touch_pages); returns the bytes covered.
+  uint64_t touch_pages() const;
   const std::string& dir() const { return dir_; }
 
  private:

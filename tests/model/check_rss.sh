@@ -13,7 +13,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 # Full Lightning width (hidden 2688, vocab 131072), one Mamba + one attention layer (~1.5 GB).
 "$bin" synth --preset lightning --pattern "M*" --no-mtp --dtype bf16 --out "$dir/m" --quiet >/dev/null
-"$bin" bench --model "$dir/m" --prompt-tokens 32 --gen 16 --threads 2 --json >"$dir/bench.json"
+"$bin" bench --model "$dir/m" --prompt-tokens 32 --gen 16 --threads 2 --cold --json >"$dir/bench.json"
 /usr/bin/python3 - "$dir/bench.json" <<'PY'
 import json, sys
 b = json.load(open(sys.argv[1]))

@@ -97,7 +97,7 @@ def main():
                    stdout=subprocess.DEVNULL)
     prompt, gen = 2, 2
     b = json.loads(subprocess.run([nemotron, "bench", "--model", d, "--prompt-tokens", str(prompt), "--gen", str(gen),
-                                   "--threads", "2", "--json"], check=True, stdout=subprocess.PIPE).stdout)
+                                   "--threads", "2", "--cold", "--json"], check=True, stdout=subprocess.PIPE).stdout)
     used = {(int(l), int(e)) for l, es in b["experts_used"].items() for e in es}
     files = tensors_of(d)
     n_experts = len({expert_of(n) for ts in files.values() for n, *_ in ts if expert_of(n)})

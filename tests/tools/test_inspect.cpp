@@ -41,7 +41,7 @@ uint64_t sum_values(const json& obj) {
 
 std::vector<inspect::InspectTensor> as_inspect(const std::vector<synth::SynthTensor>& layout) {
   std::vector<inspect::InspectTensor> v;
-  for (const auto& t : layout) v.push_back({t.name, t.dtype, t.shape});
+  for (const auto& t : layout) v.push_back({.name = t.name, .dtype = t.dtype, .shape = t.shape, .nbytes = 0, .file = {}, .data = nullptr});
   return v;
 }
 

@@ -48,9 +48,11 @@ TEST(Synth, LightningLayoutMatchesSpec) {
     params += n;
   }
   EXPECT_NEAR(params / 1e9, 31.6 + 0.6, 1.0);  // + the MTP module (~0.6B)
-  for (const auto& t : layout)
-    if (t.name.find("e_score_correction_bias") != std::string::npos)
+  for (const auto& t : layout) {
+    if (t.name.find("e_score_correction_bias") != std::string::npos) {
       EXPECT_EQ(t.dtype, io::DType::F32);
+    }
+  }
 }
 
 TEST(Synth, DeterministicAndIndependentOfLayerCount) {
