@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "base/error.h"
@@ -52,6 +54,45 @@ size_t MappedFile::touch_pages() const {
     for (size_t i = 0; i < size_; i += page) sum ^= static_cast<const volatile uint8_t*>(data_)[i];
   asm volatile("" : : "r"(sum));  // the reads must happen
   return size_;
+}
+
+void MappedFile::make_resident() {
+  if (!data_) return;
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("{}: cannot open: {}", path_, std::strerror(errno));
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE)), piece = size_t(64) << 20;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(data_);
+  const size_t mapped = (size_ + page - 1) / page * page;
+  std::unique_ptr<uint8_t[]> tmp(new uint8_t[piece]);
+  // Pieces end on 2 MB-aligned addresses, so each whole huge page lies inside one piece.
+  for (size_t at = 0; at < mapped;) {
+    const uintptr_t next = std::min<uintptr_t>(((base + at) / piece + 1) * piece, base + mapped);
+    const size_t n = size_t(next - (base + at)), n_file = std::min(n, size_ - std::min(size_, at));
+    size_t got = 0;
+    while (got < n_file) {
+      const ssize_t r = ::pread(fd, tmp.get() + got, n_file - got, off_t(at + got));
+      if (r <= 0) {
+        const int e = r < 0 ? errno : EIO;
+        ::close(fd);
+        fail("{}: reading for --no-mmap failed at byte {}: {}", path_, at + got, std::strerror(e));
+      }
+      got += size_t(r);
+    }
+    void* p = reinterpret_cast<void*>(base + at);
+    if (::mmap(p, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != p) {
+      const int e = errno;
+      ::close(fd);
+      fail("{}: cannot allocate {} bytes for --no-mmap: {}", path_, n, std::strerror(e));
+    }
+#ifdef MADV_HUGEPAGE
+    ::madvise(p, n, MADV_HUGEPAGE);  // a hint: errors ignored
+#endif
+    std::memcpy(p, tmp.get(), n_file);
+    ::mprotect(p, n, PROT_READ);
+    ::posix_fadvise(fd, off_t(at), off_t(n_file), POSIX_FADV_DONTNEED);  // drop the cached copy
+    at += n;
+  }
+  ::close(fd);
 }
 
 MappedFile::~MappedFile() {

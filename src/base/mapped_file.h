@@ -29,6 +29,13 @@ class MappedFile {
   // page measured here): a MoE model whose experts are mapped on first use pays that inside
   // decode steps until every expert has been routed to. Returns the bytes covered.
   size_t touch_pages() const;
+  // Replaces the file mapping, at the same addresses, by anonymous memory holding the same bytes
+  // (2 MB pages where the kernel grants them), read-only; pointers into the file stay valid. The
+  // file is read once, in 64 MB pieces whose page-cache copies are dropped as they are replaced,
+  // so memory never holds the file twice. Why: on the VM measured here, a kernel streaming 768
+  // MoE experts (2.1 GB) from a file mapping ran at 6.4 GB/s, from anonymous memory at 13.3 GB/s.
+  // Throws nemo::Error naming the file if it cannot be read.
+  void make_resident();
 
  private:
   std::string path_;

@@ -73,7 +73,7 @@ struct BenchOpts {
   std::vector<std::string> prompt_files;
   int64_t prompt = 128, gen = 32;
   int threads = 0, reps = 1;
-  bool json = false, membw = false, verify_curve = false, cold = false;
+  bool json = false, membw = false, verify_curve = false, cold = false, no_mmap = false;
 };
 
 // One benchmark run over one loaded model: each part adds its numbers to `j` and prints them
@@ -441,7 +441,9 @@ struct Bench {
     std::printf("memory     peak RSS %.3f GB, checkpoint files %.3f GB, state %.1f MB\n", rss_gb,
                 j["file_gb"].get<double>(), double(state_bytes) / 1e6);
     std::printf("load       %.2f s\n", load_s);
-    if (j.contains("warm_pages_s"))
+    if (j.value("no_mmap", false))
+      std::printf("weights    read into memory at load (--no-mmap)\n");
+    else if (j.contains("warm_pages_s"))
       std::printf("warm-up    every page of the %.3f GB of checkpoint files mapped in %.2f s (--cold: "
                   "not)\n",
                   j["warm_pages_gb"].get<double>(), j["warm_pages_s"].get<double>());
@@ -468,6 +470,9 @@ std::vector<Command> make_bench_command() {
     s->add_option("--kv-cache", bo->kv_cache, "KV-cache storage: f32 | bf16 | fp8")
         ->capture_default_str();
     s->add_flag("--membw", bo->membw, "Also measure memory read bandwidth (roofline)");
+    s->add_flag("--no-mmap", bo->no_mmap,
+                "Read the checkpoint into memory at load instead of mapping it (the time is in "
+                "load_s)");
     s->add_flag("--cold", bo->cold,
                 "Do not map every weight page before measuring: experts then pay their first-touch "
                 "page faults inside the timed steps, and RSS shows only the pages the run read");
@@ -500,7 +505,8 @@ std::vector<Command> make_bench_command() {
     auto dir = resolve_model_dir(bo->model);
     const double rss_before_load = double(current_rss_bytes()) / 1e6;
     const double tl = now_seconds();
-    auto m = model::NemotronH::load(dir->path, {.kv_dtype = model::parse_kv_dtype(bo->kv_cache)});
+    auto m = model::NemotronH::load(
+        dir->path, {.kv_dtype = model::parse_kv_dtype(bo->kv_cache), .no_mmap = bo->no_mmap});
     const double load_s = now_seconds() - tl;
     std::unique_ptr<model::DFlashModel> draft;
     if (!bo->draft.empty()) draft = model::DFlashModel::load(resolve_draft_dir(bo->draft), *m);
@@ -526,13 +532,14 @@ std::vector<Command> make_bench_command() {
            {"load_s", load_s},          {"rss_before_load_mb", rss_before_load}};
     // Steady state, as in a server that has run a while (and as llama-bench's warm-up, which runs
     // every expert): every page of the checkpoint mapped before anything is timed.
-    if (!bo->cold) {
+    if (!bo->cold && !bo->no_mmap) {  // --no-mmap: every page was written at load
       const double tw = now_seconds();
       const double gb = double(m->store().touch_pages()) / 1e9;
       b.j["warm_pages_gb"] = gb;
       b.j["warm_pages_s"] = now_seconds() - tw;
     }
     b.j["cold"] = bo->cold;
+    b.j["no_mmap"] = bo->no_mmap;
     b.plain();
     if (bo->membw) b.roofline();
     if (bo->verify_curve) b.verify_curve();

@@ -43,7 +43,8 @@ std::vector<Command> make_chat_command() {
     const GenerationFlags& f = o->g;
     auto dir = resolve_model_dir(f.model);
     auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = f.fp8_static,
-                                                .kv_dtype = model::parse_kv_dtype(f.kv_cache)});
+                                                .kv_dtype = model::parse_kv_dtype(f.kv_cache),
+                                                .no_mmap = f.no_mmap});
     if (!std::filesystem::exists(std::filesystem::path(dir->path) / "tokenizer.json"))
       fail("{}: chat needs tokenizer.json (use `run --ids` for token-level generation)", dir->path);
     const text::Tokenizer tok = text::Tokenizer::from_dir(dir->path);

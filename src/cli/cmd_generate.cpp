@@ -99,7 +99,8 @@ std::vector<Command> make_generate_commands() {
     const GenerationFlags& f = ro->g;
     auto dir = resolve_model_dir(f.model);
     auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = f.fp8_static,
-                                                .kv_dtype = model::parse_kv_dtype(f.kv_cache)});
+                                                .kv_dtype = model::parse_kv_dtype(f.kv_cache),
+                                                .no_mmap = f.no_mmap});
     text::TextSession text(dir->path, m->config().vocab_size, ro->stop);
     engine::GenerateRequest req;
     if (!ro->ids.empty()) req.prompt = parse_ids(ro->ids);

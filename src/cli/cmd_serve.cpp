@@ -178,9 +178,10 @@ std::vector<Command> make_serve_command() {
     Progress progress(embedded ? 5 : 4);
     if (embedded) progress.phase("writing the embedded tiny model");
     auto dir = resolve_model_dir(f.model);
-    progress.phase("mapping weights");
+    progress.phase(f.no_mmap ? "reading weights (--no-mmap)" : "mapping weights");
     auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = f.fp8_static,
-                                                .kv_dtype = model::parse_kv_dtype(f.kv_cache)});
+                                                .kv_dtype = model::parse_kv_dtype(f.kv_cache),
+                                                .no_mmap = f.no_mmap});
     progress.phase("loading tokenizer, template and drafter");
     const text::TextCodec codec(dir->path, m->config().vocab_size);
     const auto tmpl_src = text::load_chat_template(dir->path);

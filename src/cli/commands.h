@@ -71,7 +71,7 @@ struct GenerationFlags {
   int top_k = 0, threads = 0, draft_max = 0;  // 0: the drafter's default
   uint64_t seed = 0;
   std::string spec = "auto", kv_cache = "f32", draft;
-  bool fp8_static = false, tap_last_post_norm = false;
+  bool fp8_static = false, tap_last_post_norm = false, no_mmap = false;
   void add_to(CLI::App* s);        // everything below
   void add_model_to(CLI::App* s);  // model, threads, speculation, KV cache (no sampling): serve
   // The --draft drafter paired with `target` (validated), or null. Without --draft, --spec dflash

@@ -113,6 +113,9 @@ void GenerationFlags::add_model_to(CLI::App* s) {
       ->check(in_range(0, 15));
   s->add_option("--kv-cache", kv_cache, "KV-cache storage: f32 | bf16 | fp8 (checkpoint k/v scales)")
       ->capture_default_str();
+  s->add_flag("--no-mmap", no_mmap,
+              "Read the checkpoint into memory at load instead of mapping it (slower start, faster "
+              "MoE decode on machines where file mappings are slow; reads unrouted experts too)");
   s->add_flag("--fp8-static-activations", fp8_static,
               "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
 }

@@ -264,6 +264,9 @@ uint64_t TensorStore::touch_pages() const {
   for (const auto& f : files_) s += f->touch_pages();
   return s;
 }
+void TensorStore::make_resident() {
+  for (auto& f : files_) f->make_resident();
+}
 uint64_t TensorStore::file_bytes() const {
   uint64_t s = 0;
   for (const auto& f : files_) s += fs::file_size(f->path());

@@ -61,6 +61,7 @@ class SafetensorsFile {
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   size_t touch_pages() const { return map_.touch_pages(); }
+  void make_resident() { map_.make_resident(); }  // MappedFile::make_resident
 
  private:
   MappedFile map_;
@@ -83,6 +84,8 @@ class TensorStore {
   uint64_t file_bytes() const;   // bytes of all files
   // Maps every page of every file (MappedFile::touch_pages); returns the bytes covered.
   uint64_t touch_pages() const;
+  // Every file's bytes into anonymous memory at the same addresses (MappedFile::make_resident).
+  void make_resident();
   const std::string& dir() const { return dir_; }
 
  private:

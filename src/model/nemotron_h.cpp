@@ -17,6 +17,7 @@ std::unique_ptr<NemotronH> NemotronH::load(const std::string& dir, const LoadOpt
   io::ModelConfig cfg = io::load_model_config(dir);
   io::QuantConfig qc = io::load_quant_config(dir);
   io::TensorStore store = io::TensorStore::open_dir(dir);
+  if (opt.no_mmap) store.make_resident();
   std::unique_ptr<NemotronH> m(new NemotronH(std::move(cfg), std::move(store), std::move(qc), opt));
   const auto& c = m->cfg_;
   WeightBinder b(m->store_, m->qc_, opt);

@@ -24,6 +24,10 @@ struct LoadOptions {
   bool fp8_static_activations = false;
   // Attention KV-cache storage (f32 exact; bf16; fp8 with the checkpoint's k/v scales).
   KvDtype kv_dtype = KvDtype::F32;
+  // --no-mmap: read the checkpoint into anonymous memory at load (TensorStore::make_resident)
+  // instead of serving weights from the file mapping. Resident size is the file size either way
+  // once every expert was routed to; unrouted experts are then read too.
+  bool no_mmap = false;
 };
 
 class WeightBinder {
@@ -46,8 +50,10 @@ class WeightBinder {
   const io::QuantConfig& quant() const { return qc_; }
 
  private:
-  Linear bind_checked(const std::string& prefix, int64_t out, int64_t in, int64_t expert, int64_t n_experts) const;
-  std::vector<float> tensor_f32_any(const std::string& name, const std::vector<std::vector<int64_t>>& shapes) const;
+  Linear bind_checked(const std::string& prefix, int64_t out, int64_t in, int64_t expert,
+                      int64_t n_experts) const;
+  std::vector<float> tensor_f32_any(const std::string& name,
+                                    const std::vector<std::vector<int64_t>>& shapes) const;
   const io::TensorStore& store_;
   const io::QuantConfig& qc_;
   LoadOptions opt_;

@@ -42,6 +42,17 @@ with tempfile.TemporaryDirectory() as d:
     r = run(["synth", "--preset", "tiny-a", "--out", m, "--quiet"])
     check("synth", r.returncode == 0, r.stderr)
     base = run(["run", "-m", m, "--ids", "4,5,6,4,5,6", "-n", "24", "--spec", "none"]).stdout
+    # --no-mmap: the same weights from anonymous memory, the same tokens (dense and ModelOpt shards).
+    r = run(["run", "-m", m, "--ids", "4,5,6,4,5,6", "-n", "24", "--spec", "none", "--no-mmap"])
+    check("--no-mmap same tokens", r.returncode == 0 and r.stdout == base and len(base.split()) == 24,
+          f"{r.stdout!r} vs {base!r} / {r.stderr}")
+    mq = os.path.join(d, "q")
+    r = run(["synth", "--preset", "tiny-q", "--format", "modelopt", "--out", mq, "--quiet"])
+    check("synth modelopt", r.returncode == 0, r.stderr)
+    outs = [run(["run", "-m", mq, "--ids", "4,5,6", "-n", "16"] + extra) for extra in ([], ["--no-mmap"])]
+    check("--no-mmap same tokens (ModelOpt shards)",
+          all(o.returncode == 0 for o in outs) and outs[0].stdout == outs[1].stdout and len(outs[0].stdout.split()) == 16,
+          repr([(o.stdout, o.stderr[-200:]) for o in outs]))
     for spec in ("ngram", "mtp", "auto"):
         r = run(["run", "-m", m, "--ids", "4,5,6,4,5,6", "-n", "24", "--spec", spec, "--draft-max", "4",
                  "--spec-stats"])
