@@ -1,5 +1,6 @@
-// Engine-core properties promised bit-for-bit: verify width and thread count never change a
-// row's logits, and accept() after a recorded verify leaves exactly the decode state.
+// Engine-core properties promised bit-for-bit: verify width, batching and thread count (1-4,
+// also more threads than rows) never change a row's logits, and accept() after a recorded verify
+// leaves exactly the decode state — on every weight format and KV-cache dtype.
 #include <gtest/gtest.h>
 
 #include <cmath>

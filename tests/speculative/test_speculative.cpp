@@ -1,6 +1,7 @@
 // Losslessness of speculative decoding.
-//  - Greedy: for every tiny config, prompt, γ in 1..7 and drafter (n-gram, oracle, wrong, MTP),
-//    the emitted tokens and the logits each was decided from are bitwise the plain-decoding ones.
+//  - Greedy: for every tiny config, weight format and KV-cache dtype (tests/support/targets.h),
+//    prompt, γ in 1..7 and drafter (n-gram, oracle, wrong, MTP), with 1-4 threads, the emitted
+//    tokens and the logits each was decided from are bitwise the plain-decoding ones.
 //  - Sampling: a chi-square test shows the distribution of the first three tokens under
 //    speculation equals the target's exactly computed distribution.
 #include <gtest/gtest.h>
