@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/targets.h"
 #include "../support/temp_dir.h"
 #include "engine/generator.h"
 #include "model/nemotron_h.h"
@@ -19,24 +20,20 @@ namespace nemo::test {
 
 using namespace nemo::speculative;
 
-struct Fixture {
-  test::TempDir dir;
-  std::unique_ptr<model::NemotronH> m;
-};
-// A tiny target (seed 3) in the given storage format, written once per process.
+// A tiny target (seed 3) in the given storage format (tests/support/targets.h).
+inline model::NemotronH& model_for(const Target& t) {
+  return load_target(t, 3);
+}
 inline model::NemotronH& model_for(const std::string& preset,
                                    synth::SynthFormat format = synth::SynthFormat::Dense) {
-  static std::map<std::string, std::unique_ptr<Fixture>> cache;
-  auto& f = cache[preset + "/" + synth::synth_format_name(format)];
-  if (!f) {
-    f = std::make_unique<Fixture>();
-    synth::SynthOptions o;
-    o.seed = 3;
-    o.format = format;
-    synth::write_checkpoint(synth::preset_config(preset), f->dir.path(), o);
-    f->m = model::NemotronH::load(f->dir.path());
-  }
-  return *f->m;
+  return model_for(Target{.preset = preset, .format = format});
+}
+// The quantized targets, and the dense tiny-a with the rounding KV caches.
+inline std::vector<Target> format_targets() {
+  std::vector<Target> v = quantized_targets();
+  v.push_back({.preset = "tiny-a", .kv = model::KvDtype::BF16});
+  v.push_back({.preset = "tiny-a", .kv = model::KvDtype::FP8});
+  return v;
 }
 
 struct SpecRun {

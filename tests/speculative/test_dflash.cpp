@@ -1,6 +1,7 @@
 // DFlash and DSpark drafters at run time (dflash_dspark.md §1–§3, §7).
-//  - Greedy: with either drafter, on dense and ModelOpt (NVFP4 + FP8) targets, γ = 1..block−1,
-//    the tokens and the logits each was decided from are bitwise those of plain decoding.
+//  - Greedy: with either drafter, on a dense target and on every quantized format (ModelOpt NVFP4
+//    + FP8, W8A8 static, MLX 4/8-bit) with every KV-cache dtype, γ = 1..block−1, the tokens and
+//    the logits each was decided from are bitwise those of plain decoding.
 //  - The context path is live: the drafter's logits depend on the target's taps.
 //  - Sampling: the first three tokens follow the target's exact distribution (chi-square), with
 //    the drafter's real q in the rejection rule.
@@ -44,13 +45,25 @@ const model::DFlashModel& drafter_for(const model::NemotronH& target, const std:
 }
 
 struct Case {
-  std::string preset;
-  synth::SynthFormat format;
+  Target target;
   synth::DrafterKind kind;
 };
 std::string case_name(const testing::TestParamInfo<Case>& i) {
-  return i.param.preset.substr(5) + "_" + synth::synth_format_name(i.param.format) + "_" +
+  return target_id(i.param.target).substr(5) + "_" +
          (i.param.kind == synth::DrafterKind::DSpark ? "dspark" : "dflash");
+}
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << target_id(c.target) << (c.kind == synth::DrafterKind::DSpark ? " dspark" : " dflash");
+}
+// Both drafters on a dense target, and on every quantized format and KV-cache dtype.
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  std::vector<Target> ts = format_targets();
+  ts.insert(ts.begin(), Target{"tiny-a"});
+  for (const Target& t : ts)
+    for (auto kind : {synth::DrafterKind::DFlash, synth::DrafterKind::DSpark})
+      v.push_back({t, kind});
+  return v;
 }
 
 }  // namespace
@@ -59,8 +72,8 @@ class DFlashGreedy : public testing::TestWithParam<Case> {};
 
 TEST_P(DFlashGreedy, BitwisePlainDecodingEveryGamma) {
   const Case c = GetParam();
-  const auto& m = model_for(c.preset, c.format);
-  const auto& d = drafter_for(m, c.preset, c.kind);
+  const auto& m = model_for(c.target);
+  const auto& d = drafter_for(m, c.target.preset, c.kind);
   const int64_t V = m.config().vocab_size;
   EXPECT_EQ(d.block_size(), 8);
   int64_t drafted = 0;
@@ -87,13 +100,7 @@ TEST_P(DFlashGreedy, BitwisePlainDecodingEveryGamma) {
   EXPECT_GT(drafted, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Pairs, DFlashGreedy,
-    testing::Values(Case{"tiny-a", synth::SynthFormat::Dense, synth::DrafterKind::DFlash},
-                    Case{"tiny-a", synth::SynthFormat::Dense, synth::DrafterKind::DSpark},
-                    Case{"tiny-q", synth::SynthFormat::ModelOpt, synth::DrafterKind::DFlash},
-                    Case{"tiny-q", synth::SynthFormat::ModelOpt, synth::DrafterKind::DSpark}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(Pairs, DFlashGreedy, testing::ValuesIn(cases()), case_name);
 
 // A drafter that ignored its context would pass every lossless test: its logits must move
 // when the taps it is given change (here: zeroed), and not otherwise.
