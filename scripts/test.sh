@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: install deps, then
 #   1. release build: every unit, property, oracle (PyTorch) and text cross-check test;
-#   2. ASan + UBSan build: the unit/property/bad-input tests (slow cross-checks excluded);
+#   2. ASan + UBSan build: the unit/property/bad-input tests and the PyTorch oracles (the "slow"
+#      tests excluded);
 #   3. fuzz: each libFuzzer target (clang) for NEMOTRON_FUZZ_SECONDS (default 10) from its seed
 #      corpus (scripts/fuzz.sh), printing executions and coverage per target.
 # A stage or test that does not run says so loudly (SKIPPED banner), never silently.
@@ -42,7 +43,12 @@ if [ "${NEMOTRON_SKIP_ASAN:-0}" != "1" ]; then
   scripts/build.sh asan
   echo "== sanitizer tests"
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  run_ctest build-asan -LE 'oracle|slow'
+  # Measured under ASan on 2 cores: oracle_pytorch 23 s, oracle_drafter 27 s,
+  # oracle_mtp_speculative 16 s, memory_mapped_moe_pages 25 s (file-backed checkpoint pages only:
+  # ASan's shadow memory and quarantine are anonymous RSS; tests/model/tests.cmake) — all run.
+  # Excluded ("slow"): memory_mapped_not_copied (387 s, 236 s of it writing the 1.5 GB checkpoint,
+  # and its bound is on the peak RSS, which counts ASan's shadow memory) and train_pipeline_smoke.
+  run_ctest build-asan -LE slow
 else
   skipped "sanitizer build and tests (NEMOTRON_SKIP_ASAN=1)"
 fi

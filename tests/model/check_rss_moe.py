@@ -2,7 +2,7 @@
 """Weights are mapped, not copied, and only what a run reads is paged in - on a full-width ModelOpt checkpoint with
 a MoE layer (NVFP4 experts, FP8 Mamba projections, bf16 rest).
 
-    check_rss_moe.py path/to/nemotron WORKDIR
+    check_rss_moe.py path/to/nemotron [WORKDIR] [--checkpoint-pages-only]
 
 Writes `nemotron synth --preset lightning --pattern ME --format modelopt --no-mtp --vocab 16384 --experts 32` (full
 Lightning widths: hidden 2688, expert FFN 1856, Mamba 64x64 heads; fewer experts and a smaller vocabulary to keep it
@@ -19,16 +19,23 @@ the resident memory after it in two parts, from /proc/self/smaps as the engine r
    SCRATCH_MB (the activations and bookkeeping a run keeps, measured) + half the smallest large tensor. A copy of
    any weight of 1 MiB or more - the smallest is one NVFP4 expert matrix, 2.5 MB - exceeds it.
 
+--checkpoint-pages-only checks part 1 alone: for a sanitizer build, whose shadow memory and allocator quarantine
+are anonymous RSS that part 2's bound cannot allow for (ASan + UBSan: 123.4 MB > 91.1 MB), while the file-backed
+checkpoint pages are measured as exactly as in a release build (ASan: 204.9 MB <= 212.0 MB, ~25 s on 2 cores; shown
+failing there: a load-time read of every expert page made them 263.0 MB > 212.0 MB).
+
 Measured (AVX-512 machine, kernel 6.18, ext4): 20 of 32 experts routed; checkpoint pages 204.9 MB <= 212.0 MB (file
 342.7 MB); the rest 12.1-12.2 MB <= 13.8-14.0 MB (slack ~1.7 MB). Shown failing: a heap copy of expert 0's down_proj
 weight (2.49 MB) made the rest 14.7 MB > 13.9 MB; reading every expert's up_proj pages at load made the checkpoint
 pages 234.0 MB > 212.0 MB.
 """
+import argparse
 import json
 import os
 import struct
 import subprocess
 import sys
+import tempfile
 
 PAGE = 4096
 # A fault maps the whole page-cache folio it hits (ext4/xfs use large folios, mapped by 2 MiB PMDs: smaps
@@ -90,7 +97,19 @@ def page_span(intervals, size):
 
 
 def main():
-    nemotron, work = sys.argv[1], sys.argv[2]
+    ap = argparse.ArgumentParser(description="weights are mapped, not copied; only what a run reads is paged in")
+    ap.add_argument("nemotron")
+    ap.add_argument("workdir", nargs="?", help="where the checkpoint is written (default: a temporary directory)")
+    ap.add_argument("--checkpoint-pages-only", action="store_true",
+                    help="check the resident checkpoint pages alone (sanitizer builds: see above)")
+    args = ap.parse_args()
+    if args.workdir is None:
+        with tempfile.TemporaryDirectory() as work:
+            return check(args.nemotron, work, args.checkpoint_pages_only)
+    return check(args.nemotron, args.workdir, args.checkpoint_pages_only)
+
+
+def check(nemotron, work, pages_only):
     d = os.path.join(work, "moe")
     subprocess.run([nemotron, "synth", "--preset", "lightning", "--pattern", "ME", "--no-mtp", "--format", "modelopt",
                     "--vocab", "16384", "--experts", "32", "--out", d, "--quiet"], check=True,
@@ -138,7 +157,8 @@ def main():
           f"{smallest_large[1]} {smallest_large[0] / 1e6:.2f} MB")
     print(f"checkpoint pages resident {ckpt / 1e6:.1f} MB <= needed {need_file / 1e6:.1f} MB "
           f"(tensors read + fault-around)")
-    print(f"other resident {(rss - ckpt) / 1e6:.1f} MB <= {other_bound / 1e6:.1f} MB (before load "
+    print(f"other resident {(rss - ckpt) / 1e6:.1f} MB{' (not checked)' if pages_only else ''} <= "
+          f"{other_bound / 1e6:.1f} MB (before load "
           f"{b['rss_before_load_mb']:.1f} + small tensors as f32 {small_f32 / 1e6:.1f} + state {b['state_mb']:.1f} + "
           f"scratch {SCRATCH_MB} + half the smallest large tensor {half / 1e6:.2f}); slack "
           f"{(other_bound - (rss - ckpt)) / 1e6:.2f} MB")
@@ -155,7 +175,9 @@ def main():
     if ckpt > need_file:
         print("FAIL: more checkpoint pages resident than the tensors the run read")
         failed += 1
-    if rss - ckpt > other_bound:
+    if pages_only:
+        print("--checkpoint-pages-only: the bound on the other resident memory is not checked")
+    elif rss - ckpt > other_bound:
         print("FAIL: resident memory besides the checkpoint pages exceeds its bound: a weight is copied?")
         failed += 1
     print(f"rss moe check: {0 if failed else 1} passed, {1 if failed else 0} failed")
