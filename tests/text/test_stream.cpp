@@ -88,7 +88,9 @@ TEST(StreamDecoder, ByteFallbackPieces) {
     auto tid = tok.token_to_id(bl);
     ASSERT_TRUE(tid.has_value());
     std::string p = sd.push(*tid);
-    if (out.size() + p.size() < 4) EXPECT_TRUE(p.empty());
+    if (out.size() + p.size() < 4) {
+      EXPECT_TRUE(p.empty());
+    }
     out += p;
   }
   EXPECT_EQ(out, emoji);
