@@ -5,8 +5,6 @@
 // so the paths are measured side by side in one run. Shapes are Lightning's: expert down_proj
 // [2688, 1856], lm_head [131072, 2688], Mamba in_proj [10304, 2688] (FP8).
 #include <benchmark/benchmark.h>
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -14,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "base/mapped_file.h"
 #include "base/numeric.h"
 #include "kernels/linear.h"
 
@@ -107,63 +106,65 @@ void run(benchmark::State& st, WeightFormat f, int64_t rows, int64_t cols) {
 // Decode through cold experts: 96 distinct [2688, 1856] NVFP4 matrices (270 MB, far beyond the
 // caches), one per call in turn, as MoE decode meets them; compare its bytes/s with the single
 // large lm_head matrix to see what short per-expert streams cost.
-void experts_cold(benchmark::State& st) {
-  static std::vector<Weights> ex;
-  if (ex.empty())
-    for (int i = 0; i < 96; ++i) ex.push_back(make(WeightFormat::NVFP4, 2688, 1856));
-  const ThreadConfig tc{int(st.range(1))};
-  set_active_isa(Isa(st.range(2)));
-  st.SetLabel(isa_name(active_isa()));
-  const int64_t n = st.range(0), K = 1856;
-  std::vector<float> x(size_t(n * K), 0.5f), y(size_t(n * 2688));
-  size_t i = 0;
-  for (auto _ : st) {
-    const Weights& m = ex[i++ % ex.size()];
-    linear(m.w, x.data(), n, K, y.data(), 2688, tc);
-    benchmark::DoNotOptimize(y.data());
-  }
-  st.SetBytesProcessed(int64_t(st.iterations()) * ex[0].w.bytes());
-}
+constexpr int kExperts = 96;
+constexpr int64_t kExpertOut = 2688, kExpertIn = 1856;
 
-// The same 96 experts served from a file mapping (4 KB page-cache pages, as the engine maps a
-// checkpoint), every page touched before timing.
-void experts_cold_file(benchmark::State& st) {
-  static std::vector<PackedWeight> ex;
-  static const uint8_t* base = nullptr;
-  const int64_t per = 2688 * 1856 / 2, sc = 2688 * 1856 / 16;
-  if (ex.empty()) {
-    const Weights m = make(WeightFormat::NVFP4, 2688, 1856);
-    char path[] = "/tmp/nemo_experts_XXXXXX";
-    const int fd = mkstemp(path);
-    for (int i = 0; i < 96; ++i) {
-      if (write(fd, m.data.data(), size_t(per)) != per) std::abort();
-      if (write(fd, m.scales.data(), size_t(sc)) != sc) std::abort();
-    }
-    fsync(fd);
-    const size_t len = size_t(96 * (per + sc));
-    base = static_cast<const uint8_t*>(mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd, 0));
-    close(fd);
-    unlink(path);
-    for (int pass = 0; pass < 3; ++pass)
-      for (size_t i = 0; i < len; i += 4096)
-        benchmark::DoNotOptimize(static_cast<const volatile uint8_t*>(base)[i]);
-    for (int i = 0; i < 96; ++i) {
-      PackedWeight w = m.w;
-      w.data = base + i * (per + sc);
-      w.scales = base + i * (per + sc) + per;
-      ex.push_back(w);
-    }
-  }
+void run_rotating(benchmark::State& st, const std::vector<PackedWeight>& ex) {
+  const Isa isa = Isa(st.range(2));
+  if (isa > detected_isa()) return st.SkipWithError("ISA not available on this CPU");
+  set_active_isa(isa);
+  st.SetLabel(isa_name(isa));
   const ThreadConfig tc{int(st.range(1))};
-  set_active_isa(Isa(st.range(2)));
-  const int64_t n = st.range(0), K = 1856;
-  std::vector<float> x(size_t(n * K), 0.5f), y(size_t(n * 2688));
+  const int64_t n = st.range(0);
+  std::vector<float> x(size_t(n * kExpertIn), 0.5f), y(size_t(n * kExpertOut));
   size_t i = 0;
   for (auto _ : st) {
-    linear(ex[i++ % ex.size()], x.data(), n, K, y.data(), 2688, tc);
+    linear(ex[i++ % ex.size()], x.data(), n, kExpertIn, y.data(), kExpertOut, tc);
     benchmark::DoNotOptimize(y.data());
   }
   st.SetBytesProcessed(int64_t(st.iterations()) * ex[0].bytes());
+}
+
+// From anonymous memory.
+void experts_cold(benchmark::State& st) {
+  static const std::vector<Weights> ex = [] {
+    std::vector<Weights> v;
+    for (int i = 0; i < kExperts; ++i)
+      v.push_back(make(WeightFormat::NVFP4, kExpertOut, kExpertIn));
+    return v;
+  }();
+  std::vector<PackedWeight> views;
+  for (const auto& m : ex) views.push_back(m.w);
+  run_rotating(st, views);
+}
+
+// The same experts served from a file mapping (4 KB page-cache pages, as the engine maps a
+// checkpoint: base/MappedFile), every page mapped before timing.
+void experts_cold_file(benchmark::State& st) {
+  static const Weights m = make(WeightFormat::NVFP4, kExpertOut, kExpertIn);
+  static const MappedFile file = [] {
+    char path[] = "/tmp/nemo_experts_XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) std::abort();
+    for (int i = 0; i < kExperts; ++i)
+      if (write(fd, m.data.data(), m.data.size()) != ssize_t(m.data.size()) ||
+          write(fd, m.scales.data(), m.scales.size()) != ssize_t(m.scales.size()))
+        std::abort();
+    close(fd);
+    MappedFile f(path);
+    unlink(path);  // the mapping keeps the data
+    f.touch_pages();
+    return f;
+  }();
+  const size_t per = m.data.size() + m.scales.size();
+  std::vector<PackedWeight> views;
+  for (int i = 0; i < kExperts; ++i) {
+    PackedWeight w = m.w;
+    w.data = file.data() + i * per;
+    w.scales = file.data() + i * per + m.data.size();
+    views.push_back(w);
+  }
+  run_rotating(st, views);
 }
 
 void args(benchmark::internal::Benchmark* b) {

@@ -74,7 +74,7 @@ void MappedFile::make_resident() {
       if (r <= 0) {
         const int e = r < 0 ? errno : EIO;
         ::close(fd);
-        fail("{}: reading for --no-mmap failed at byte {}: {}", path_, at + got, std::strerror(e));
+        fail("{}: reading into memory failed at byte {}: {}", path_, at + got, std::strerror(e));
       }
       got += size_t(r);
     }
@@ -82,7 +82,7 @@ void MappedFile::make_resident() {
     if (::mmap(p, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != p) {
       const int e = errno;
       ::close(fd);
-      fail("{}: cannot allocate {} bytes for --no-mmap: {}", path_, n, std::strerror(e));
+      fail("{}: cannot allocate {} bytes to read it into memory: {}", path_, n, std::strerror(e));
     }
 #ifdef MADV_HUGEPAGE
     ::madvise(p, n, MADV_HUGEPAGE);  // a hint: errors ignored

@@ -155,28 +155,10 @@ struct DenseAvx512 {
   static constexpr int64_t es = F == WeightFormat::F32 ? 4 : 2;
   const PackedWeight* w = nullptr;
   const uint8_t* p = nullptr;  // row o
-  int64_t K = 0;
+  int64_t K = 0, o = 0;
   void init(const PackedWeight& pw) { w = &pw, K = pw.cols; }
-  void row(int64_t o) { p = static_cast<const uint8_t*>(w->data) + o * K * es; }
-  float at(int64_t k) const {
-    switch (F) {
-      case WeightFormat::BF16: {
-        uint16_t b;
-        std::memcpy(&b, p + 2 * k, 2);
-        return bf16_to_f32(b);
-      }
-      case WeightFormat::F16: {
-        uint16_t b;
-        std::memcpy(&b, p + 2 * k, 2);
-        return f16_to_f32(b);
-      }
-      default: {
-        float v;
-        std::memcpy(&v, p + 4 * k, 4);
-        return v;
-      }
-    }
-  }
+  void row(int64_t r) { o = r, p = static_cast<const uint8_t*>(w->data) + r * K * es; }
+  float at(int64_t k) const { return load_w(*w, o * K + k); }
   float post() const { return 1.0f; }
   void prefetch(int64_t k, int64_t ahead) const {
     _mm_prefetch(reinterpret_cast<const char*>(p + (ahead * K + k) * es), _MM_HINT_T0);

@@ -240,15 +240,20 @@ void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")
 
-// (r, o) finish: the canonical v / hsum8_fixed / tail / post sequence.
-template <class D>
-inline float finish_z(const D& d, __m512 acc, const float* xr, int64_t K16, int64_t K) {
+// (r, o) finish from the 16 lanes and the tail sum t: v = low half + high half, hsum8_fixed,
+// + t, * post (the canonical sequence).
+inline float finish_lanes(__m512 acc, float t, float post) {
   alignas(32) float v[8];
   _mm256_store_ps(v, _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, acc, 0),
                                    _mm512_maskz_extractf32x8_ps(0xFF, acc, 1)));
+  return (hsum8_fixed(v) + t) * post;
+}
+
+template <class D>
+inline float finish_z(const D& d, __m512 acc, const float* xr, int64_t K16, int64_t K) {
   float t = 0.0f;
   for (int64_t k = K16; k < K; ++k) t = std::fma(d.at(k), xr[k], t);
-  return (hsum8_fixed(v) + t) * d.post();
+  return finish_lanes(acc, t, d.post());
 }
 
 // R rows x O outputs [o, o+O). Accumulators are a fixed-size array indexed by compile-time
@@ -295,12 +300,14 @@ inline void rows_z(const PackedWeight& w, const float* x, int64_t xs, float* y, 
 // its own 16 lanes in order, then finishes as finish_z does: the canonical order, bit for bit.
 constexpr int64_t kWideOut = 16, kWideK = 256;
 
+// The chunk starting at k0 == 0 starts its accumulators at +0; later chunks resume them.
 template <int R>
 inline void tile_f32z(const float* wr, int64_t K, int64_t k0, int64_t k1, const float* x,
                       int64_t xs, float* acc /* [R][4][16] */) {
   __m512 a[R][4];
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < 4; ++j) a[r][j] = _mm512_loadu_ps(acc + (r * 4 + j) * 16);
+    for (int j = 0; j < 4; ++j)
+      a[r][j] = k0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (r * 4 + j) * 16);
   for (int64_t k = k0; k < k1; k += 16) {
     __m512 wv[4];
     for (int j = 0; j < 4; ++j) wv[j] = _mm512_loadu_ps(wr + j * K + k);
@@ -333,10 +340,10 @@ void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
       post[o - o0] = d.post();
     }
     // 16 lanes at acc + ((g * (kWideOut / 4) + jt) * 16 + r * 4 + j) * 16: row 4g + r, output
-    // o0 + 4jt + j.
-    std::fill_n(acc.get(), n_groups * 4 * kWideOut * 16, 0.0f);
-    for (int64_t k0 = 0; k0 < K16; k0 += kWideK) {
-      const int64_t k1 = std::min(K16, k0 + kWideK);
+    // o0 + 4jt + j. At least one chunk runs (an empty one when K < 16), so every lane is written.
+    const int64_t n_chunks = std::max<int64_t>(1, (K16 + kWideK - 1) / kWideK);
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      const int64_t k0 = c * kWideK, k1 = std::min(K16, k0 + kWideK);
       for (int64_t g = 0; g < n_groups; ++g) {
         const float* xr = x + 4 * g * xs;
         for (int64_t j = 0; j < n4; j += 4) {
@@ -364,12 +371,9 @@ void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
         const float* wj = buf.get() + j * K;
         const __m512 a = _mm512_loadu_ps(
             acc.get() + (((r / 4) * (kWideOut / 4) + j / 4) * 16 + (r % 4) * 4 + j % 4) * 16);
-        alignas(32) float v[8];
-        _mm256_store_ps(v, _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, a, 0),
-                                         _mm512_maskz_extractf32x8_ps(0xFF, a, 1)));
         float t = 0.0f;
         for (int64_t k = K16; k < K; ++k) t = std::fma(wj[k], xr[k], t);
-        y[r * ys + o0 + j] = (hsum8_fixed(v) + t) * post[j];
+        y[r * ys + o0 + j] = finish_lanes(a, t, post[j]);
       }
       // Outputs past the last full 4 (a short final block): in-register tiles of one output.
       for (int64_t o = o0 + n4; o < o1; ++o) tile_z<D, 1, 1>(w, xr, xs, y + r * ys, ys, o);
