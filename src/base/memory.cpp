@@ -1,7 +1,11 @@
 #include "base/memory.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 namespace nemo {
 
@@ -21,8 +25,22 @@ static size_t read_status_kb(const char* key) {
   return kb * 1024;
 }
 
-size_t current_rss_bytes() { return read_status_kb("VmRSS:"); }
-size_t peak_rss_bytes() { return read_status_kb("VmHWM:"); }
+void tune_allocator() {
+#if defined(__GLIBC__)
+  const char* env = std::getenv("NEMOTRON_SYSTEM_MALLOC");
+  if (env && std::strcmp(env, "1") == 0) return;
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's maximum; also fixes the threshold
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 64 << 20);
+#endif
+}
+
+size_t current_rss_bytes() {
+  return read_status_kb("VmRSS:");
+}
+size_t peak_rss_bytes() {
+  return read_status_kb("VmHWM:");
+}
 
 size_t mapped_rss_bytes(const std::string& path_prefix) {
   FILE* f = std::fopen("/proc/self/smaps", "r");

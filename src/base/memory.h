@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 
@@ -48,6 +48,14 @@ class Buffer {
   std::unique_ptr<T, FreeDeleter> p_;
   size_t n_ = 0;
 };
+
+// Tunes the C allocator (glibc) for a process that allocates the same scratch buffers on every
+// forward: buffers up to 32 MB come from the heap instead of fresh mmaps, and freed heap memory is
+// kept rather than returned. Otherwise a pass whose buffers outgrow glibc's adaptive mmap
+// threshold (a verify pass of 5+ rows: its logits) pays a page fault per 4 KB touched on every
+// call (~2 us each on a VM). NEMOTRON_SYSTEM_MALLOC=1 in the environment keeps the defaults
+// (for measuring the difference). Call once at start-up, before any thread exists.
+void tune_allocator();
 
 // Resident set size now and peak (VmHWM), in bytes; 0 if unavailable.
 size_t current_rss_bytes();

@@ -215,42 +215,77 @@ struct Bench {
     const int64_t V = m.config().vocab_size;
     std::vector<int32_t> rows(8);
     for (auto& t : rows) t = int32_t(rng.next() % uint64_t(V));
-    auto time_width = [&](int w, bool record, double* rollback) {
+    // One state per width, reset to the prompt's snapshot before each repetition: the journal
+    // and scratch buffers are then warm, as in a decoding loop (a fresh state per repetition
+    // measured page faults: ~0.3 decode steps here). The first repetition is a warm-up.
+    // bytes: the weight bytes the pass reads at best (shared matrices once, the union of its
+    // rows' experts once), from the warm-up's routing.
+    auto time_width = [&](int w, bool record, double* rollback, int64_t* bytes) {
       std::vector<double> ts, rb;
-      for (int r = 0; r < reps; ++r) {
-        auto st = m.new_state();
-        m.forward(st, prompt, {}, tc);
+      model::ForwardProfile prof;
+      auto st = m.new_state();
+      m.forward(st, prompt, {}, tc);
+      const model::SequenceState snap = st.snapshot();
+      for (int r = -1; r < reps; ++r) {
+        st.restore(snap);
         model::ForwardOptions fo;
         fo.all_logits = true;
         fo.record = record;
+        if (r < 0) fo.profile = &prof;
         const double t0 = now_seconds();
         m.forward(st, std::span<const int32_t>(rows).first(size_t(w)), fo, tc);
-        ts.push_back(now_seconds() - t0);
-        if (record && rollback) {
+        const double t = now_seconds() - t0;
+        double t_rb = 0.0;
+        if (record) {
           const double t1 = now_seconds();
           m.accept(st, 1);  // worst case: replay from the pre-round state, keep one row
-          rb.push_back(now_seconds() - t1);
+          t_rb = now_seconds() - t1;
         }
+        if (r < 0) continue;
+        ts.push_back(t);
+        if (record) rb.push_back(t_rb);
       }
       if (rollback) *rollback = median(rb);
+      if (bytes) *bytes = m.bytes_read(prof.experts_used);
       return median(ts);
     };
-    const double t1 = time_width(1, false, nullptr);
+    int64_t b1 = 0;
+    const double t1 = time_width(1, false, nullptr, &b1);
+    // The floor of width w in decode steps: its bytes over the 1-row step's, i.e. what the pass
+    // would cost if every kernel ran at the 1-row step's bytes per second. With --membw the
+    // floor at the measured read bandwidth as well.
+    const double bw =
+        j.contains("read_bandwidth_gb_s") ? j["read_bandwidth_gb_s"].get<double>() : 0.0;
     nlohmann::json curve = nlohmann::json::array();
-    if (!o.json) std::printf("verify     width: time (x one decode step)\n");
+    if (!o.json)
+      std::printf(
+          "verify     width: time (x one decode step); byte floor (x step) = bytes read / the "
+          "step's; time / floor%s\n",
+          bw > 0 ? "; time / (bytes at the measured bandwidth)" : "");
     for (int w = 1; w <= 8; ++w) {
       double rb = 0;
-      const double tw = time_width(w, true, &rb);
-      curve.push_back({{"width", w},
-                       {"seconds", tw},
-                       {"relative", tw / t1},
-                       {"rollback_s", rb},
-                       {"rollback_relative", rb / t1}});
-      if (!o.json)
-        std::printf("           %d: %.2f ms (%.2fx)   rollback to 1 row %.3f ms (%.3fx)\n", w,
-                    tw * 1e3, tw / t1, rb * 1e3, rb / t1);
+      int64_t bw_bytes = 0;
+      const double tw = time_width(w, true, &rb, &bw_bytes);
+      const double floor = double(bw_bytes) / double(std::max<int64_t>(1, b1));
+      nlohmann::json e = {{"width", w},
+                          {"seconds", tw},
+                          {"relative", tw / t1},
+                          {"bytes", bw_bytes},
+                          {"floor_relative", floor},
+                          {"over_floor", tw / t1 / floor},
+                          {"rollback_s", rb},
+                          {"rollback_relative", rb / t1}};
+      if (bw > 0) e["over_bandwidth_floor"] = tw / (double(bw_bytes) / 1e9 / bw);
+      curve.push_back(e);
+      if (!o.json) {
+        std::printf("           %d: %.2f ms (%.2fx)  floor %.2fx (%.3f GB)  %.2fx the floor", w,
+                    tw * 1e3, tw / t1, floor, double(bw_bytes) / 1e9, tw / t1 / floor);
+        if (bw > 0) std::printf("  %.2fx at %.1f GB/s", tw / (double(bw_bytes) / 1e9 / bw), bw);
+        std::printf("   rollback %.3f ms (%.3fx)\n", rb * 1e3, rb / t1);
+      }
     }
     j["decode_step_s"] = t1;
+    j["decode_step_bytes"] = b1;
     j["verify_curve"] = curve;
   }
 
@@ -409,7 +444,8 @@ struct Bench {
         std::sort(ttft.begin(), ttft.end());
         auto pct = [&](double p) { return ttft[size_t(p * double(ttft.size() - 1) + 0.5)]; };
         const auto mt = sched.metrics();
-        const double rows = mt.forward_passes ? double(mt.forward_rows) / double(mt.forward_passes) : 0;
+        const double rows =
+            mt.forward_passes ? double(mt.forward_rows) / double(mt.forward_passes) : 0;
         runs.push_back({{"spec", engine::spec_mode_name(sched.default_spec())},
                         {"concurrency", c},
                         {"requests", 4 * c},
@@ -424,8 +460,9 @@ struct Bench {
               "%.3f s, %.1f rows/pass%s\n",
               engine::spec_mode_name(sched.default_spec()), c, 4 * c, double(generated) / wall,
               pct(0.5), pct(0.99), rows,
-              mt.spec.drafted ? fmt::format(", accept length {:.2f}", mt.spec.mean_accept_length()).c_str()
-                             : "");
+              mt.spec.drafted
+                  ? fmt::format(", accept length {:.2f}", mt.spec.mean_accept_length()).c_str()
+                  : "");
       }
     j["serving"] = runs;
   }
@@ -444,11 +481,13 @@ struct Bench {
     if (j.value("no_mmap", false))
       std::printf("weights    read into memory at load (--no-mmap)\n");
     else if (j.contains("warm_pages_s"))
-      std::printf("warm-up    every page of the %.3f GB of checkpoint files mapped in %.2f s (--cold: "
-                  "not)\n",
-                  j["warm_pages_gb"].get<double>(), j["warm_pages_s"].get<double>());
+      std::printf(
+          "warm-up    every page of the %.3f GB of checkpoint files mapped in %.2f s (--cold: "
+          "not)\n",
+          j["warm_pages_gb"].get<double>(), j["warm_pages_s"].get<double>());
     else
-      std::printf("warm-up    none (--cold): first touches of expert pages fall inside timed steps\n");
+      std::printf(
+          "warm-up    none (--cold): first touches of expert pages fall inside timed steps\n");
   }
 };
 
@@ -462,10 +501,17 @@ std::vector<Command> make_bench_command() {
         "bench", "Measure prefill/decode speed, memory, roofline and speculative decoding");
     s->add_option("-m,--model", bo->model,
                   "Model directory or name in models/ (default: tiny-code)");
-    s->add_option("--prompt-tokens", bo->prompt, "Prefill length")->check(in_range(1, 1 << 20))->capture_default_str();
-    s->add_option("--gen", bo->gen, "Decode steps")->check(in_range(0, 1 << 20))->capture_default_str();
-    s->add_option("-t,--threads", bo->threads, "Threads (default: all cores)")->check(threads_range());
-    s->add_option("--reps", bo->reps, "Repetitions (best is reported)")->check(in_range(1, 1000))->capture_default_str();
+    s->add_option("--prompt-tokens", bo->prompt, "Prefill length")
+        ->check(in_range(1, 1 << 20))
+        ->capture_default_str();
+    s->add_option("--gen", bo->gen, "Decode steps")
+        ->check(in_range(0, 1 << 20))
+        ->capture_default_str();
+    s->add_option("-t,--threads", bo->threads, "Threads (default: all cores)")
+        ->check(threads_range());
+    s->add_option("--reps", bo->reps, "Repetitions (best is reported)")
+        ->check(in_range(1, 1000))
+        ->capture_default_str();
     s->add_flag("--json", bo->json, "Machine-readable output");
     s->add_option("--kv-cache", bo->kv_cache, "KV-cache storage: f32 | bf16 | fp8")
         ->capture_default_str();
@@ -476,9 +522,10 @@ std::vector<Command> make_bench_command() {
     s->add_flag("--cold", bo->cold,
                 "Do not map every weight page before measuring: experts then pay their first-touch "
                 "page faults inside the timed steps, and RSS shows only the pages the run read");
-    s->add_option("--spec", bo->spec,
-                  "Also run speculative decoding with: none | ngram | mtp | oracle | wrong | draft | "
-                  "draft-oracle | all (comma list)")
+    s->add_option(
+         "--spec", bo->spec,
+         "Also run speculative decoding with: none | ngram | mtp | oracle | wrong | draft | "
+         "draft-oracle | all (comma list)")
         ->capture_default_str();
     s->add_option("--gammas", bo->gammas, "Draft lengths to measure with --spec")
         ->capture_default_str();
@@ -487,14 +534,16 @@ std::vector<Command> make_bench_command() {
                   "drafter) and draft-oracle (its cost, the oracle's "
                   "tokens: the speedup at 100% acceptance)");
     s->add_option("--prompt-file", bo->prompt_files,
-                  "Text prompt(s) for --spec, tokenized with the model's tokenizer and cut to --prompt-tokens "
+                  "Text prompt(s) for --spec, tokenized with the model's tokenizer and cut to "
+                  "--prompt-tokens "
                   "(repeatable; totals over all; default: one random prompt)")
         ->check(CLI::ExistingFile);
     s->add_option("--concurrency", bo->concurrency,
                   "Serving sweep: the scheduler with these many requests decoding together "
                   "(comma list, e.g. 1,2,4,8,16)");
-    s->add_option("--serve-spec", bo->serve_spec,
-                  "Speculation modes of the serving sweep (comma list: none, auto, mtp, ngram, ...)")
+    s->add_option(
+         "--serve-spec", bo->serve_spec,
+         "Speculation modes of the serving sweep (comma list: none, auto, mtp, ngram, ...)")
         ->capture_default_str();
     s->add_flag(
         "--verify-curve", bo->verify_curve,
@@ -510,10 +559,9 @@ std::vector<Command> make_bench_command() {
     const double load_s = now_seconds() - tl;
     std::unique_ptr<model::DFlashModel> draft;
     if (!bo->draft.empty()) draft = model::DFlashModel::load(resolve_draft_dir(bo->draft), *m);
-    Bench b{*bo,         *m,
-            draft.get(), ThreadConfig{bo->threads > 0 ? bo->threads : default_thread_count()},
-            {},          {},
-            Rng{42},     {}};
+    Bench b{
+        *bo, *m, draft.get(), ThreadConfig{bo->threads > 0 ? bo->threads : default_thread_count()},
+        {},  {}, Rng{42},     {}};
     b.prompt.resize(size_t(std::max<int64_t>(1, bo->prompt)));
     for (auto& t : b.prompt) t = int32_t(b.rng.next() % uint64_t(m->config().vocab_size));
     if (!bo->prompt_files.empty()) {
@@ -522,7 +570,8 @@ std::vector<Command> make_bench_command() {
       for (const auto& f : bo->prompt_files) {
         auto ids = codec.encode(MappedFile(f).text());
         if (ids.empty()) fail("--prompt-file {}: no tokens", f);
-        if (int64_t(ids.size()) > bo->prompt) ids.resize(size_t(bo->prompt));  // the first --prompt-tokens
+        if (int64_t(ids.size()) > bo->prompt)
+          ids.resize(size_t(bo->prompt));  // the first --prompt-tokens
         b.prompts.push_back(std::move(ids));
       }
       b.prompt = b.prompts[0];

@@ -5,9 +5,11 @@
 #include <exception>
 
 #include "base/error.h"
+#include "base/memory.h"
 #include "cli/commands.h"
 
 int main(int argc, char** argv) {
+  nemo::tune_allocator();
   CLI::App app{"nemotron.cpp — native inference for NVIDIA Nemotron-H models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "nemotron.cpp 0.1.0");

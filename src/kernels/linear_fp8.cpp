@@ -77,6 +77,8 @@ struct Fp8Avx2 : Fp8Ref {
 // of word i (low bytes zeroed), the arithmetic shift and mask give sign | e4m3 << 7, and one
 // VCVTPH2PS widens the 16 halves exactly.
 struct Fp8Avx512 : Fp8Ref {
+  // Never wide: the decode is cheap, and sweeping measured 17-50 % faster at 8-64 rows.
+  static constexpr int64_t kWideRows = INT64_MAX;
   void prefetch(int64_t k, int64_t ahead) const {
     _mm_prefetch(reinterpret_cast<const char*>(rd + ahead * K + k), _MM_HINT_T0);
   }

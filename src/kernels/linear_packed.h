@@ -237,6 +237,7 @@ void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x
 // the weights are read from memory once per output block however many rows share the pass.
 //
 // AVX-512 decoders add: __m512 decode16z(int64_t k) const   // w'[k..k+15]
+//                       static constexpr int64_t kWideRows  // rows from which range_wide_z runs
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")
 
@@ -381,11 +382,11 @@ void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
   }
 }
 
-constexpr int64_t kWideRows = 8;
-
-// Up to 4 rows: one pass over the weights. 5..kWideRows-1 rows: output blocks small enough to stay
-// in L2 (~64 KB of packed weights) are swept by every 4-row group in turn, decoding in registers,
-// so memory is read once. Wider: range_wide_z.
+// Up to 4 rows: one pass over the weights. 5..D::kWideRows-1 rows: output blocks small enough to
+// stay in L2 (~64 KB of packed weights) are swept by every 4-row group in turn, decoding in
+// registers, so memory is read once. Wider: range_wide_z. Each decoder sets kWideRows where the
+// wide path starts to pay (measured: only NVFP4's decode is dear enough; FP8 and the dense formats
+// run faster swept at 64 rows too).
 template <class D>
 void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
                   int64_t ys, int64_t o_begin, int64_t o_end) {
@@ -405,7 +406,7 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
     }
   };
   if (n_rows <= 4) return rows(0, o_begin, o_end);
-  if (n_rows >= kWideRows) return range_wide_z<D>(w, x, n_rows, xs, y, ys, o_begin, o_end);
+  if (n_rows >= D::kWideRows) return range_wide_z<D>(w, x, n_rows, xs, y, ys, o_begin, o_end);
   const int64_t row_bytes = std::max<int64_t>(1, w.bytes() / std::max<int64_t>(1, w.rows));
   const int64_t ob = std::clamp<int64_t>((64 * 1024) / row_bytes, 4, 1024) & ~int64_t(3);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {

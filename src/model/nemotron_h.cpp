@@ -10,7 +10,8 @@
 
 namespace nemo::model {
 
-NemotronH::NemotronH(io::ModelConfig cfg, io::TensorStore store, io::QuantConfig qc, LoadOptions opt)
+NemotronH::NemotronH(io::ModelConfig cfg, io::TensorStore store, io::QuantConfig qc,
+                     LoadOptions opt)
     : cfg_(std::move(cfg)), store_(std::move(store)), qc_(std::move(qc)), opt_(opt) {}
 
 std::unique_ptr<NemotronH> NemotronH::load(const std::string& dir, const LoadOptions& opt) {
@@ -22,15 +23,19 @@ std::unique_ptr<NemotronH> NemotronH::load(const std::string& dir, const LoadOpt
   const auto& c = m->cfg_;
   WeightBinder b(m->store_, m->qc_, opt);
   m->prefix_ = layout::backbone_prefix([&](const std::string& n) { return b.has(n); });
-  // Everything outside the layers (embeddings, norm_f, lm_head) from the layout's top-level entries.
+  // Everything outside the layers (embeddings, norm_f, lm_head) from the layout's top-level
+  // entries.
   const auto all = layout::target_tensors(c, {.prefix = m->prefix_, .mtp = false});
   for (const auto& s : all) {
     if (s.role == layout::Role::Embedding) m->embeddings_ = b.linear(s);
     if (s.role == layout::Role::FinalNorm) m->norm_f_ = b.values(s);
     if (s.role == layout::Role::LmHead) {
-      if (b.has(s.tensor_name())) m->lm_head_ = b.linear(s);
-      else if (c.tie_word_embeddings) m->lm_head_ = m->embeddings_;
-      else fail("{}: missing tensor '{}' (tie_word_embeddings is false)", dir, s.tensor_name());
+      if (b.has(s.tensor_name()))
+        m->lm_head_ = b.linear(s);
+      else if (c.tie_word_embeddings)
+        m->lm_head_ = m->embeddings_;
+      else
+        fail("{}: missing tensor '{}' (tie_word_embeddings is false)", dir, s.tensor_name());
     }
   }
   for (size_t i = 0; i < c.layers.size(); ++i) {
@@ -41,34 +46,51 @@ std::unique_ptr<NemotronH> NemotronH::load(const std::string& dir, const LoadOpt
   return m;
 }
 
-int64_t NemotronH::weight_bytes() const { return int64_t(store_.total_bytes()); }
+int64_t NemotronH::weight_bytes() const {
+  return int64_t(store_.total_bytes());
+}
 
 int64_t NemotronH::decode_bytes_per_token() const {
+  return bytes_read({});
+}
+
+int64_t NemotronH::bytes_read(const std::vector<std::vector<uint8_t>>& experts_used) const {
   int64_t b = lm_head_.bytes() + embeddings_.bytes() / std::max<int64_t>(1, embeddings_.rows);
-  for (const Layer& L : layers_) {
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
     b += int64_t(L.norm_w.size()) * 2;
-    if (const auto* m = std::get_if<Mamba2Weights>(&L.mixer)) b += m->in_proj.bytes() + m->out_proj.bytes();
+    if (const auto* m = std::get_if<Mamba2Weights>(&L.mixer))
+      b += m->in_proj.bytes() + m->out_proj.bytes();
     if (const auto* a = std::get_if<AttentionWeights>(&L.mixer))
       b += a->q_proj.bytes() + a->k_proj.bytes() + a->v_proj.bytes() + a->o_proj.bytes();
     if (const auto* p = std::get_if<MlpWeights>(&L.mixer)) b += p->up.bytes() + p->down.bytes();
     if (const auto* e = std::get_if<MoEWeights>(&L.mixer)) {
       int64_t experts = 0;
-      for (const auto& x : e->experts) experts += x.up.bytes() + x.down.bytes();
-      b += e->gate.bytes() + experts / int64_t(e->experts.size()) * cfg_.num_experts_per_tok;
+      if (experts_used.empty()) {  // a decode step: top-k experts of average size
+        for (const auto& x : e->experts) experts += x.up.bytes() + x.down.bytes();
+        experts = experts / int64_t(e->experts.size()) * cfg_.num_experts_per_tok;
+      } else if (l < experts_used.size()) {
+        for (size_t x = 0; x < experts_used[l].size() && x < e->experts.size(); ++x)
+          if (experts_used[l][x]) experts += e->experts[x].up.bytes() + e->experts[x].down.bytes();
+      }
+      b += e->gate.bytes() + experts;
       for (const auto& x : e->shared) b += x.up.bytes() + x.down.bytes();
     }
   }
   return b;
 }
 
-void NemotronH::embed(int32_t token, float* out) const { kernels::dequantize_row(embeddings_, token, out); }
+void NemotronH::embed(int32_t token, float* out) const {
+  kernels::dequantize_row(embeddings_, token, out);
+}
 
-void NemotronH::logits_from_hidden(const float* hidden, int64_t n, float* logits, const ThreadConfig& tc) const {
+void NemotronH::logits_from_hidden(const float* hidden, int64_t n, float* logits,
+                                   const ThreadConfig& tc) const {
   kernels::linear(lm_head_, hidden, n, cfg_.hidden_size, logits, cfg_.vocab_size, tc);
 }
 
-ForwardResult NemotronH::forward(SequenceState& st, std::span<const int32_t> tokens, const ForwardOptions& opt,
-                                 const ThreadConfig& tc) const {
+ForwardResult NemotronH::forward(SequenceState& st, std::span<const int32_t> tokens,
+                                 const ForwardOptions& opt, const ThreadConfig& tc) const {
   const BatchItem one{&st, tokens, opt};
   return std::move(forward_batch(std::span(&one, 1), tc, opt.profile)[0]);
 }
@@ -124,9 +146,9 @@ std::vector<ForwardResult> NemotronH::forward_batch(std::span<const BatchItem> i
   // h = layers(h)
   const int64_t NT = int64_t(taps.size());
   Buffer<float> tap_all(size_t(T * NT * H));
-  forward_layers(layers_, cfg_, h.data(),
-                 {.T = T, .seqs = seqs, .profile = profile, .taps = taps, .tap_out = tap_all.data()},
-                 tc);
+  forward_layers(
+      layers_, cfg_, h.data(),
+      {.T = T, .seqs = seqs, .profile = profile, .taps = taps, .tap_out = tap_all.data()}, tc);
 
   std::vector<ForwardResult> out(n);
   int64_t logit_rows = 0;
@@ -175,8 +197,10 @@ std::vector<ForwardResult> NemotronH::forward_batch(std::span<const BatchItem> i
     // A NaN or Inf weight (embedding row, projection) surfaces here: refuse to sample from it.
     for (int64_t i = 0; i < r.rows * V; ++i)
       if (!std::isfinite(r.logits[size_t(i)]))
-        fail("{}: non-finite logits (row {}, token id {}): the checkpoint holds NaN or Inf values on this path",
-             store_.dir(), r.first_row + i / V, i % V);
+        fail(
+            "{}: non-finite logits (row {}, token id {}): the checkpoint holds NaN or Inf values "
+            "on this path",
+            store_.dir(), r.first_row + i / V, i % V);
     if (items[size_t(q)].opt.want_hidden) {
       r.hidden.resize(size_t(r.rows * H));
       std::copy_n(hf.data() + at * H, r.rows * H, r.hidden.data());

@@ -34,11 +34,11 @@ struct ForwardOptions {
 };
 
 struct ForwardResult {
-  Buffer<float> logits;  // [rows, V]
-  Buffer<float> hidden;  // [rows, H] if want_hidden
-  Buffer<float> taps;    // [T, taps.size() * H] if taps were asked for (every row of the call)
-  int64_t rows = 0;      // number of logits rows
-  int64_t first_row = 0; // index (within the call) of the first logits row
+  Buffer<float> logits;   // [rows, V]
+  Buffer<float> hidden;   // [rows, H] if want_hidden
+  Buffer<float> taps;     // [T, taps.size() * H] if taps were asked for (every row of the call)
+  int64_t rows = 0;       // number of logits rows
+  int64_t first_row = 0;  // index (within the call) of the first logits row
 };
 
 // One sequence of a batched forward: run `tokens` after its state's rows, with its own options
@@ -62,8 +62,8 @@ class NemotronH {
   const std::string& tensor_prefix() const { return prefix_; }
 
   // Runs `tokens` after the state's current rows and advances the state.
-  ForwardResult forward(SequenceState& st, std::span<const int32_t> tokens, const ForwardOptions& opt,
-                        const ThreadConfig& tc) const;
+  ForwardResult forward(SequenceState& st, std::span<const int32_t> tokens,
+                        const ForwardOptions& opt, const ThreadConfig& tc) const;
   // Several sequences in ONE pass over the weights (continuous batching): results[i] is bitwise
   // what forward(*items[i].st, items[i].tokens, items[i].opt) returns alone. Each state appears
   // at most once.
@@ -73,13 +73,18 @@ class NemotronH {
   void accept(SequenceState& st, int64_t keep) const;
 
   // Post-norm_f hidden → logits for `n` rows (shared lm_head; used by MTP too).
-  void logits_from_hidden(const float* hidden, int64_t n, float* logits, const ThreadConfig& tc) const;
+  void logits_from_hidden(const float* hidden, int64_t n, float* logits,
+                          const ThreadConfig& tc) const;
   void embed(int32_t token, float* out) const;
   int64_t weight_bytes() const;  // bytes of all mapped tensors
   int64_t lm_head_bytes() const { return lm_head_.bytes(); }
   // Weight bytes one decode step reads: every dense matrix, the router, top-k average-size
   // experts + shared expert per MoE layer, lm_head and one embedding row. Used for rooflines.
   int64_t decode_bytes_per_token() const;
+  // Weight bytes one pass reads when its rows routed to `experts_used` ([layer][expert], as
+  // ForwardProfile fills it): every shared matrix once and each routed expert once, whatever the
+  // number of rows. The byte floor of a verify pass.
+  int64_t bytes_read(const std::vector<std::vector<uint8_t>>& experts_used) const;
 
  private:
   NemotronH(io::ModelConfig cfg, io::TensorStore store, io::QuantConfig qc, LoadOptions opt);
