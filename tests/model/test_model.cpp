@@ -81,7 +81,8 @@ TEST_P(ModelProps, VerifyRowsBitwiseEqualDecode) {
       fo.record = true;
       for (int64_t at = 0; at < 16; at += width) {
         const int64_t w = std::min<int64_t>(width, 16 - at);
-        auto r = m.forward(s2, std::span<const int32_t>(rows).subspan(size_t(at), size_t(w)), fo, tc);
+        auto r =
+            m.forward(s2, std::span<const int32_t>(rows).subspan(size_t(at), size_t(w)), fo, tc);
         ASSERT_EQ(r.rows, w);
         for (int64_t i = 0; i < w; ++i)
           ASSERT_TRUE(bits_equal(r.logits.data() + i * V, dec.data() + (at + i) * V, size_t(V)))
@@ -162,16 +163,19 @@ TEST_P(ModelProps, AcceptAfterVerifyEqualsDecodeState) {
     m.accept(b, keep);
     ASSERT_EQ(a.n_past(), b.n_past());
     for (size_t i = 0; i < a.mamba_.size(); ++i) {
-      ASSERT_TRUE(bits_equal(a.mamba_[i].ssm.data(), b.mamba_[i].ssm.data(), a.mamba_[i].ssm.size()))
+      ASSERT_TRUE(
+          bits_equal(a.mamba_[i].ssm.data(), b.mamba_[i].ssm.data(), a.mamba_[i].ssm.size()))
           << "ssm layer slot " << i << " keep " << keep;
-      ASSERT_TRUE(bits_equal(a.mamba_[i].conv.data(), b.mamba_[i].conv.data(), a.mamba_[i].conv.size()))
+      ASSERT_TRUE(
+          bits_equal(a.mamba_[i].conv.data(), b.mamba_[i].conv.data(), a.mamba_[i].conv.size()))
           << "conv layer slot " << i << " keep " << keep;
     }
     // And the continuation is bitwise the same (KV truncation included).
     fo.record = false;
     auto ra = m.forward(a, next, fo, tc);
     auto rb = m.forward(b, next, fo, tc);
-    ASSERT_TRUE(bits_equal(ra.logits.data(), rb.logits.data(), ra.logits.size())) << "keep " << keep;
+    ASSERT_TRUE(bits_equal(ra.logits.data(), rb.logits.data(), ra.logits.size()))
+        << "keep " << keep;
   }
 }
 
@@ -291,14 +295,16 @@ TEST_P(ModelProps, PrefillSplitAtChunkBoundaryIsExact) {
     for (int64_t at = 0; at < n; at += Q) {
       ForwardOptions o = all;
       o.ssd_min_rows = 1;
-      const auto piece = std::span<const int32_t>(prompt).subspan(size_t(at), size_t(std::min(Q, n - at)));
+      const auto piece =
+          std::span<const int32_t>(prompt).subspan(size_t(at), size_t(std::min(Q, n - at)));
       const auto r = m.forward(split, piece, o, ThreadConfig{2});
       got.insert(got.end(), r.logits.data(), r.logits.data() + r.logits.size());
     }
     ASSERT_EQ(got.size(), rw.logits.size());
     EXPECT_TRUE(bits_equal(got.data(), rw.logits.data(), got.size())) << "n = " << n;
     const auto next = random_tokens(1, V, 10);
-    const auto a = m.forward(whole, next, {}, ThreadConfig{1}), b = m.forward(split, next, {}, ThreadConfig{1});
+    const auto a = m.forward(whole, next, {}, ThreadConfig{1}),
+               b = m.forward(split, next, {}, ThreadConfig{1});
     EXPECT_TRUE(bits_equal(a.logits.data(), b.logits.data(), size_t(V))) << "n = " << n;
   }
 }
@@ -355,12 +361,53 @@ TEST(ModelState, MemoryIsAccounted) {
   auto st = m.new_state();
   const auto& c = m.config();
   const size_t mamba = size_t(c.count(io::LayerKind::Mamba)) *
-                       size_t((c.conv_kernel - 1) * c.conv_dim() + c.mamba_num_heads * c.mamba_head_dim * c.ssm_state_size) * 4;
+                       size_t((c.conv_kernel - 1) * c.conv_dim() +
+                              c.mamba_num_heads * c.mamba_head_dim * c.ssm_state_size) *
+                       4;
   EXPECT_EQ(st.fixed_bytes(), mamba);
-  EXPECT_EQ(st.kv_bytes_per_token(), size_t(c.count(io::LayerKind::Attention) * 2 * c.num_key_value_heads * c.head_dim * 4));
+  EXPECT_EQ(st.kv_bytes_per_token(),
+            size_t(c.count(io::LayerKind::Attention) * 2 * c.num_key_value_heads * c.head_dim * 4));
   const int32_t t[3] = {1, 2, 3};
   m.forward(st, t, {}, ThreadConfig{1});
   EXPECT_GE(st.bytes(), st.fixed_bytes() + 3 * st.kv_bytes_per_token());
+}
+
+// bytes_read (bench's verify floor): shared weights once, each routed expert once.
+TEST(ModelBytes, PassReadsSharedWeightsOnceAndTheUnionOfExperts) {
+  NemotronH& m = model_for("tiny-b", io::DType::BF16);
+  const auto& c = m.config();
+  const size_t L = c.layers.size();
+  const std::vector<std::vector<uint8_t>> none(L);
+  const int64_t b0 = m.bytes_read(none);
+  std::vector<std::vector<uint8_t>> one(L);
+  int64_t n_moe = 0;
+  for (size_t l = 0; l < L; ++l)
+    if (c.layers[l] == io::LayerKind::MoE) one[l] = {1}, ++n_moe;
+  ASSERT_GT(n_moe, 0);
+  const int64_t per_expert = (m.bytes_read(one) - b0) / n_moe;  // experts share one shape
+  ASSERT_GT(per_expert, 0);
+  EXPECT_EQ(m.bytes_read({}), b0 + n_moe * c.num_experts_per_tok * per_expert);
+  EXPECT_EQ(m.bytes_read({}), m.decode_bytes_per_token());
+  for (int64_t rows : {1, 4}) {
+    auto st = m.new_state();
+    model::ForwardProfile prof;
+    ForwardOptions fo;
+    fo.profile = &prof;
+    m.forward(st, random_tokens(rows, c.vocab_size, 3), fo, ThreadConfig{1});
+    int64_t used = 0, moe_layers = 0;
+    for (size_t l = 0; l < prof.experts_used.size(); ++l) {
+      int64_t u = 0;
+      for (uint8_t x : prof.experts_used[l]) u += x;
+      if (c.layers[l] != io::LayerKind::MoE) continue;
+      ++moe_layers;
+      EXPECT_GE(u, c.num_experts_per_tok) << "layer " << l;
+      EXPECT_LE(u, std::min<int64_t>(c.n_routed_experts, rows * c.num_experts_per_tok));
+      used += u;
+    }
+    EXPECT_EQ(moe_layers, n_moe);
+    EXPECT_EQ(m.bytes_read(prof.experts_used), b0 + used * per_expert) << rows << " rows";
+    if (rows > 1) EXPECT_GT(used, n_moe * c.num_experts_per_tok);  // the union grew
+  }
 }
 
 TEST(ModelErrors, BadTokensAndAcceptMisuse) {
@@ -392,9 +439,11 @@ std::string load_error(const std::string& dir) {
 
 // Rewrites a checkpoint with one tensor changed by `edit` (which may drop it by returning false).
 void rewrite(const std::string& src, const std::string& dst,
-             const std::function<bool(std::string&, io::DType&, std::vector<int64_t>&, std::vector<uint8_t>&)>& edit) {
+             const std::function<bool(std::string&, io::DType&, std::vector<int64_t>&,
+                                      std::vector<uint8_t>&)>& edit) {
   std::filesystem::create_directories(dst);
-  std::filesystem::copy_file(src + "/config.json", dst + "/config.json", std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(src + "/config.json", dst + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
   auto st = io::TensorStore::open_dir(src);
   struct T {
     std::string name;
@@ -433,7 +482,8 @@ TEST(ModelErrors, BadCheckpointsNameTheTensor) {
     return true;
   });
   const std::string module = "backbone.layers.0.mixer.in_proj";
-  EXPECT_NE(load_error(dst.path()).find("module '" + module + "' has logical shape"), std::string::npos)
+  EXPECT_NE(load_error(dst.path()).find("module '" + module + "' has logical shape"),
+            std::string::npos)
       << load_error(dst.path());
   // Wrong dtype for a dense layer without a quantization config
   rewrite(src.path(), dst.path(), [&](auto& n, auto& dt, auto& shape, auto& bytes) {
@@ -468,7 +518,8 @@ TEST(ModelKvCache, Bf16AndFp8CachesStayBatchInvariantAndClose) {
     auto m = NemotronH::load(d.path(), {.kv_dtype = kv});
     const int64_t V = m->config().vocab_size;
     auto st = m->new_state();
-    EXPECT_EQ(st.kv_bytes_per_token() * 4, s0.kv_bytes_per_token() * size_t(model::kv_dtype_bytes(kv)));
+    EXPECT_EQ(st.kv_bytes_per_token() * 4,
+              s0.kv_bytes_per_token() * size_t(model::kv_dtype_bytes(kv)));
     auto r = m->forward(st, prompt, fo, ThreadConfig{2});
     double max_abs = 0, max_ref = 0;
     for (size_t i = 0; i < r.logits.size(); ++i) {
@@ -493,8 +544,10 @@ TEST(ModelKvCache, Bf16AndFp8CachesStayBatchInvariantAndClose) {
     m->forward(b, std::span<const int32_t>(prompt).first(10), {}, ThreadConfig{1});
     auto rv = m->forward(b, std::span<const int32_t>(prompt).subspan(10), fo, ThreadConfig{2});
     for (int64_t i = 0; i < 10; ++i) {
-      auto rd = m->forward(a, std::span<const int32_t>(prompt).subspan(size_t(10 + i), 1), {}, ThreadConfig{1});
-      ASSERT_TRUE(bits_equal(rd.logits.data(), rv.logits.data() + i * V, size_t(V))) << model::kv_dtype_name(kv);
+      auto rd = m->forward(a, std::span<const int32_t>(prompt).subspan(size_t(10 + i), 1), {},
+                           ThreadConfig{1});
+      ASSERT_TRUE(bits_equal(rd.logits.data(), rv.logits.data() + i * V, size_t(V)))
+          << model::kv_dtype_name(kv);
     }
   }
   EXPECT_THROW(model::parse_kv_dtype("int4"), Error);
@@ -512,7 +565,8 @@ TEST(ModelKvCache, StoreLoadRoundTrip) {
     for (int i = 0; i < 6; ++i) {
       float expect = x[i];
       if (dt == model::KvDtype::BF16) expect = bf16_to_f32(f32_to_bf16(x[i]));
-      if (dt == model::KvDtype::FP8) expect = kernels::e4m3_table()[kernels::f32_to_e4m3(x[i] / 0.5f)] * 0.5f;
+      if (dt == model::KvDtype::FP8)
+        expect = kernels::e4m3_table()[kernels::f32_to_e4m3(x[i] / 0.5f)] * 0.5f;
       EXPECT_EQ(y[i], expect) << model::kv_dtype_name(dt) << " element " << i;
     }
   }
