@@ -83,8 +83,12 @@ with tempfile.TemporaryDirectory() as d:
     ok = bench.returncode == 0
     if ok:
         j = json.loads(bench.stdout)
+        c = j["verify_curve"]
+        # The byte floor: width 1 routes as the decode step did (same token), and a wider pass
+        # (the same rows plus more) reads at least the bytes of a narrower one.
         ok = j["spec"][0]["identical_to_plain"] and j["spec"][0]["acceptance_rate"] == 1.0 and \
-            len(j["verify_curve"]) == 8
+            len(c) == 8 and c[0]["floor_relative"] == 1.0 and c[0]["bytes"] == j["decode_step_bytes"] and \
+            all(c[i]["bytes"] <= c[i + 1]["bytes"] for i in range(7)) and c[7]["bytes"] > c[0]["bytes"]
     check("bench json", ok, bench.stdout[-500:] + bench.stderr)
 
     # Bad input: one clear message, exit 1.
