@@ -37,6 +37,13 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
       fail("{}: mmap failed: {}", path, std::strerror(e));
     }
     data_ = static_cast<const uint8_t*>(p);
+#ifdef MADV_HUGEPAGE
+    // Where the file system caches files in large folios (ext4 since Linux 6.16), pages read
+    // through this mapping then come in 2 MB units, mapped by one TLB entry each: routed experts
+    // (MBs each, scattered over GBs) ran 2.6x faster so on 52 layers (docs/PERFORMANCE.md).
+    // A hint: errors are ignored, and pages already cached in 4 KB folios stay so.
+    ::madvise(p, size_, MADV_HUGEPAGE);
+#endif
   }
   ::close(fd);
 }

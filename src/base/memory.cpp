@@ -42,7 +42,8 @@ size_t peak_rss_bytes() {
   return read_status_kb("VmHWM:");
 }
 
-size_t mapped_rss_bytes(const std::string& path_prefix) {
+size_t mapped_rss_bytes(const std::string& path_prefix, const char* field) {
+  const size_t field_len = std::strlen(field);
   FILE* f = std::fopen("/proc/self/smaps", "r");
   if (!f) return 0;
   char line[4096];
@@ -56,9 +57,9 @@ size_t mapped_rss_bytes(const std::string& path_prefix) {
     if (!colon || (space && space < colon)) {
       const char* path = std::strchr(line, '/');
       in = path && std::strncmp(path, path_prefix.c_str(), path_prefix.size()) == 0;
-    } else if (in && std::strncmp(line, "Rss:", 4) == 0) {
+    } else if (in && std::strncmp(line, field, field_len) == 0) {
       size_t v = 0;
-      if (std::sscanf(line + 4, "%zu", &v) == 1) kb += v;
+      if (std::sscanf(line + field_len, "%zu", &v) == 1) kb += v;
     }
   }
   std::fclose(f);

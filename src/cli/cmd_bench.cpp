@@ -474,9 +474,17 @@ struct Bench {
     std::error_code ec;
     const auto dir = std::filesystem::canonical(m.store().dir(), ec);
     j["rss_checkpoint_mb"] = ec ? 0.0 : double(mapped_rss_bytes(dir.string() + "/")) / 1e6;
+    // Of those, mapped in 2 MB pages (MappedFile asks for them; the file system decides).
+    j["rss_checkpoint_huge_mb"] =
+        ec ? 0.0 : double(mapped_rss_bytes(dir.string() + "/", "FilePmdMapped:")) / 1e6;
     if (o.json) return;
     std::printf("memory     peak RSS %.3f GB, checkpoint files %.3f GB, state %.1f MB\n", rss_gb,
                 j["file_gb"].get<double>(), double(state_bytes) / 1e6);
+    if (!j.value("no_mmap", false) && j["rss_checkpoint_mb"].get<double>() > 0)
+      std::printf(
+          "mapped     %.3f GB of checkpoint pages resident, %.0f%% of them in 2 MB pages\n",
+          j["rss_checkpoint_mb"].get<double>() / 1e3,
+          100.0 * j["rss_checkpoint_huge_mb"].get<double>() / j["rss_checkpoint_mb"].get<double>());
     std::printf("load       %.2f s\n", load_s);
     if (j.value("no_mmap", false))
       std::printf("weights    read into memory at load (--no-mmap)\n");

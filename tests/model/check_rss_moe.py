@@ -115,8 +115,12 @@ def check(nemotron, work, pages_only):
                     "--vocab", "16384", "--experts", "32", "--out", d, "--quiet"], check=True,
                    stdout=subprocess.DEVNULL)
     prompt, gen = 2, 2
+    # glibc's default allocator policy: the engine's (base/memory.h tune_allocator) keeps freed scratch
+    # buffers resident, which would count here as "other" memory without saying anything about copied weights.
+    env = dict(os.environ, NEMOTRON_SYSTEM_MALLOC="1")
     b = json.loads(subprocess.run([nemotron, "bench", "--model", d, "--prompt-tokens", str(prompt), "--gen", str(gen),
-                                   "--threads", "2", "--cold", "--json"], check=True, stdout=subprocess.PIPE).stdout)
+                                   "--threads", "2", "--cold", "--json"], check=True, stdout=subprocess.PIPE,
+                                  env=env).stdout)
     used = {(int(l), int(e)) for l, es in b["experts_used"].items() for e in es}
     files = tensors_of(d)
     n_experts = len({expert_of(n) for ts in files.values() for n, *_ in ts if expert_of(n)})
