@@ -117,6 +117,35 @@ void linear(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_str
                [&](int64_t b, int64_t e) { fn(w, x, n_rows, x_stride, y, y_stride, b, e); });
 }
 
+void linear_many(std::span<const LinearJob> jobs, const ThreadConfig& tc) {
+  // Blocks of outputs per job with linear()'s grain (at least ~256K multiply-adds), rounded to
+  // 16 outputs so the 4-output tiles stay whole; start[j] = the first block of job j.
+  std::vector<int64_t> start(jobs.size() + 1, 0), block(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const LinearJob& J = jobs[j];
+    if (J.w->format == WeightFormat::FP8_E4M3 && J.w->input_scale > 0.0f) {
+      // Static W8A8 quantises the activations first: its own parallel pass.
+      linear(*J.w, J.x, J.n_rows, J.x_stride, J.y, J.y_stride, tc);
+      block[j] = 1, start[j + 1] = start[j];
+      continue;
+    }
+    const int64_t per_out = std::max<int64_t>(1, J.w->cols * J.n_rows);
+    block[j] = (std::max<int64_t>(16, (int64_t(1) << 18) / per_out) + 15) / 16 * 16;
+    start[j + 1] = start[j] + (J.n_rows > 0 ? (J.w->rows + block[j] - 1) / block[j] : 0);
+  }
+  const Isa isa = active_isa();
+  parallel_for(tc, start.back(), 1, [&](int64_t b, int64_t e) {
+    size_t j = size_t(std::upper_bound(start.begin(), start.end(), b) - start.begin()) - 1;
+    for (int64_t u = b; u < e; ++u) {
+      while (u >= start[j + 1]) ++j;
+      const LinearJob& J = jobs[j];
+      const int64_t o0 = (u - start[j]) * block[j], o1 = std::min(J.w->rows, o0 + block[j]);
+      detail::select_range_fn(J.w->format, isa)(*J.w, J.x, J.n_rows, J.x_stride, J.y, J.y_stride,
+                                                o0, o1);
+    }
+  });
+}
+
 void dequantize_row(const PackedWeight& w, int64_t o, float* out) {
   switch (w.format) {
     case WeightFormat::F32:

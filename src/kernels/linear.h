@@ -7,6 +7,7 @@
 // Formats are read in their checkpoint layout; nothing is dequantised into a full-size copy.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,18 @@ const char* isa_name(Isa isa);
 // y[r * y_stride + o] for r < n_rows, o < w.rows. Threads split o.
 void linear(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
             int64_t y_stride, const ThreadConfig& tc);
+
+// Several independent products in ONE parallel region (the experts of a MoE layer): the outputs of
+// every job are cut into blocks that the threads share, so small matrices do not each pay a
+// fork/join. Each y is bitwise what linear() writes for its job alone.
+struct LinearJob {
+  const PackedWeight* w = nullptr;
+  const float* x = nullptr;
+  int64_t n_rows = 0, x_stride = 0;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+};
+void linear_many(std::span<const LinearJob> jobs, const ThreadConfig& tc);
 
 // The same for outputs [o_begin, o_end) only, single-threaded (callers that partition work).
 void linear_range(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,

@@ -15,15 +15,18 @@ MlpWeights MlpWeights::bind(const WeightBinder& b, const layout::Block& L) {
   return {b.linear(L.at(Role::MlpUp)), b.linear(L.at(Role::MlpDown))};
 }
 
-MoEWeights MoEWeights::bind(const WeightBinder& b, const layout::Block& L, const io::ModelConfig& c) {
+MoEWeights MoEWeights::bind(const WeightBinder& b, const layout::Block& L,
+                            const io::ModelConfig& c) {
   MoEWeights w;
   const int64_t E = c.n_routed_experts;
   w.gate = b.linear(L.at(Role::Router));
   w.correction_bias = b.values(L.at(Role::RouterBias));  // zeros when the checkpoint has none
   w.experts.reserve(size_t(E));
   for (int64_t e = 0; e < E; ++e)
-    w.experts.push_back({b.expert(L.at(Role::ExpertUp, int(e)), E), b.expert(L.at(Role::ExpertDown, int(e)), E)});
-  if (c.n_shared_experts > 0) w.shared.push_back({b.linear(L.at(Role::SharedUp)), b.linear(L.at(Role::SharedDown))});
+    w.experts.push_back(
+        {b.expert(L.at(Role::ExpertUp, int(e)), E), b.expert(L.at(Role::ExpertDown, int(e)), E)});
+  if (c.n_shared_experts > 0)
+    w.shared.push_back({b.linear(L.at(Role::SharedUp)), b.linear(L.at(Role::SharedDown))});
   return w;
 }
 
@@ -89,8 +92,8 @@ Routing route(const io::ModelConfig& c, const float* logits, const std::vector<f
   return r;
 }
 
-void mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t x_stride, float* out, int64_t out_stride,
-                 const ThreadConfig& tc) {
+void mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t x_stride, float* out,
+                 int64_t out_stride, const ThreadConfig& tc) {
   const int64_t F = w.up.rows;
   Buffer<float> hbuf(size_t(T * F));
   kernels::linear(w.up, x, T, x_stride, hbuf.data(), F, tc);
@@ -111,29 +114,82 @@ void moe_forward(const MoEWeights& w, const io::ModelConfig& c, const float* hn,
     for (size_t j = 0; j < routes[t].experts.size(); ++j)
       rows_of[routes[t].experts[j]].push_back({t, routes[t].weights[j]});
   }
-  // Routed sum per row in ascending expert order: experts are visited in ascending order and
-  // each row accumulates only its own experts, so the order is the same for any batch.
-  Buffer<float> routed(size_t(T * H));
-  Buffer<float> xin, yout;
+  std::vector<int64_t> active;  // experts with rows, ascending
   for (int64_t e = 0; e < E; ++e) {
-    const auto& rows = rows_of[e];
-    if (rows.empty()) continue;
+    if (rows_of[e].empty()) continue;
+    active.push_back(e);
     if (used) {
       used->resize(size_t(E));
       (*used)[size_t(e)] = 1;
     }
-    const int64_t n = int64_t(rows.size());
-    xin.resize(size_t(n * H));
-    yout.resize(size_t(n * H));
-    for (int64_t r = 0; r < n; ++r) std::copy_n(hn + rows[r].first * H, H, xin.data() + r * H);
-    mlp_forward(w.experts[e], xin.data(), n, H, yout.data(), H, tc);
-    for (int64_t r = 0; r < n; ++r) kernels::axpy(rows[r].second, yout.data() + r * H, routed.data() + rows[r].first * H, H);
   }
-  if (w.shared.empty()) {
+  const MlpWeights* shared = w.shared.empty() ? nullptr : &w.shared[0];
+  // Routed sum per row in ascending expert order: experts are visited in ascending order and
+  // each row accumulates only its own experts, so the order is the same for any batch.
+  Buffer<float> routed(size_t(T * H));
+  Buffer<float> xin, h, yout;
+  // Runs experts `group` (ascending) on their gathered rows, one parallel region per projection
+  // (kernels::linear_many), and the shared expert into `out` with them when `with_shared`;
+  // each expert's rows are added to `routed` in ascending expert order.
+  const auto run_group = [&](std::span<const int64_t> group, bool with_shared) {
+    std::vector<int64_t> off, hoff;  // each expert's first gathered row and first hidden value
+    int64_t n = 0, nh = 0;
+    for (int64_t e : group) {
+      off.push_back(n), hoff.push_back(nh);
+      n += int64_t(rows_of[e].size());
+      nh += int64_t(rows_of[e].size()) * w.experts[e].up.rows;
+    }
+    const int64_t Fs = with_shared ? shared->up.rows : 0;
+    xin.resize(size_t(n * H)), h.resize(size_t(nh + T * Fs)), yout.resize(size_t(n * H));
+    float* hs = h.data() + nh;  // the shared expert's hidden rows
+    std::vector<kernels::LinearJob> up, down;
+    for (size_t i = 0; i < group.size(); ++i) {
+      const auto& rows = rows_of[group[i]];
+      const MlpWeights& x = w.experts[group[i]];
+      const int64_t m = int64_t(rows.size());
+      for (int64_t r = 0; r < m; ++r)
+        std::copy_n(hn + rows[r].first * H, H, xin.data() + (off[i] + r) * H);
+      up.push_back({&x.up, xin.data() + off[i] * H, m, H, h.data() + hoff[i], x.up.rows});
+      down.push_back({&x.down, h.data() + hoff[i], m, x.down.cols, yout.data() + off[i] * H, H});
+    }
+    if (with_shared) {
+      up.push_back({&shared->up, hn, T, H, hs, Fs});
+      down.push_back({&shared->down, hs, T, Fs, out, H});
+    }
+    kernels::linear_many(up, tc);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = kernels::relu2(h[i]);
+    kernels::linear_many(down, tc);
+    for (size_t i = 0; i < group.size(); ++i) {
+      const auto& rows = rows_of[group[i]];
+      for (size_t r = 0; r < rows.size(); ++r)
+        kernels::axpy(rows[r].second, yout.data() + (off[i] + int64_t(r)) * H,
+                      routed.data() + rows[r].first * H, H);
+    }
+  };
+  // Decode and verify passes (up to kGroupRows rows): every active expert and the shared one in
+  // one group, one fork/join per projection instead of two per expert (a 52-layer verify of 8 rows
+  // measured ~8 % faster). Longer prefills: one expert at a time, so its gathered rows stay in
+  // cache (64 tokens measured 7 % slower grouped). Either way each expert's result is bitwise what
+  // it gives alone and the routed sum runs in ascending expert order, so both give the same bits.
+  constexpr int64_t kGroupRows = 16;
+  if (T <= kGroupRows) {
+    run_group(active, shared != nullptr);
+  } else {
+    for (const int64_t e : active) {
+      const auto& rows = rows_of[e];
+      const int64_t n = int64_t(rows.size());
+      xin.resize(size_t(n * H)), yout.resize(size_t(n * H));
+      for (int64_t r = 0; r < n; ++r) std::copy_n(hn + rows[r].first * H, H, xin.data() + r * H);
+      mlp_forward(w.experts[e], xin.data(), n, H, yout.data(), H, tc);
+      for (int64_t r = 0; r < n; ++r)
+        kernels::axpy(rows[r].second, yout.data() + r * H, routed.data() + rows[r].first * H, H);
+    }
+    if (shared) mlp_forward(*shared, hn, T, H, out, H, tc);
+  }
+  if (!shared) {
     std::copy_n(routed.data(), T * H, out);
     return;
   }
-  mlp_forward(w.shared[0], hn, T, H, out, H, tc);
   for (int64_t i = 0; i < T * H; ++i) out[i] = routed[i] + out[i];
 }
 

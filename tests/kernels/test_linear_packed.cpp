@@ -235,6 +235,41 @@ TEST(LinearPacked, ThreadsAndRangesDoNotChangeBits) {
   EXPECT_GE(split, 12) << "the thread checks must use shapes that split between threads";
 }
 
+// linear_many (a MoE layer's experts in one parallel region): each job's output is bitwise its
+// linear() alone, for jobs of every format, row count (0 included) and thread count.
+TEST(LinearPacked, ManyJobsEqualEachAlone) {
+  IsaGuard guard;
+  auto cases = all_cases();
+  for (auto& c : split_cases()) cases.push_back(std::move(c));
+  const int64_t rows[] = {1, 3, 0, 5, 2, 17};
+  std::vector<std::vector<float>> xs, refs;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const int64_t K = cases[i]->w.cols, N = cases[i]->w.rows, n = rows[i % std::size(rows)];
+    xs.push_back(rand_x(n, K, uint32_t(300 + i)));
+    refs.emplace_back(static_cast<size_t>(n * N));
+    linear_range(cases[i]->w, xs[i].data(), n, K, refs[i].data(), N, 0, N, Isa::Reference);
+  }
+  int compared = 0;
+  for (Isa isa : available_isas()) {
+    set_active_isa(isa);
+    for (int nt : {1, 2, 3}) {
+      std::vector<std::vector<float>> ys;
+      std::vector<LinearJob> jobs;
+      for (size_t i = 0; i < cases.size(); ++i) {
+        const int64_t K = cases[i]->w.cols, N = cases[i]->w.rows, n = rows[i % std::size(rows)];
+        ys.emplace_back(static_cast<size_t>(n * N), NAN);
+        jobs.push_back({&cases[i]->w, xs[i].data(), n, K, ys[i].data(), N});
+      }
+      linear_many(jobs, ThreadConfig{nt});
+      for (size_t i = 0; i < cases.size(); ++i, ++compared)
+        EXPECT_TRUE(bitwise_equal(refs[i], ys[i]))
+            << cases[i]->name << " job " << i << " threads=" << nt << " " << isa_name(isa) << " "
+            << first_diff(refs[i], ys[i]);
+    }
+  }
+  EXPECT_EQ(compared, int(available_isas().size() * 3 * cases.size()));
+}
+
 TEST(LinearPacked, RowAloneEqualsRowInBatch) {
   for (const auto& c : all_cases()) {
     const int64_t K = c->w.cols, N = c->w.rows, n = 17;
