@@ -1,5 +1,6 @@
 #include "io/model_config.h"
 
+#include <cfloat>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -15,19 +16,27 @@ using json = nlohmann::json;
 
 char layer_kind_char(LayerKind k) {
   switch (k) {
-    case LayerKind::Mamba: return 'M';
-    case LayerKind::Attention: return '*';
-    case LayerKind::MoE: return 'E';
-    case LayerKind::MLP: return '-';
+    case LayerKind::Mamba:
+      return 'M';
+    case LayerKind::Attention:
+      return '*';
+    case LayerKind::MoE:
+      return 'E';
+    case LayerKind::MLP:
+      return '-';
   }
   return '?';
 }
 const char* layer_kind_name(LayerKind k) {
   switch (k) {
-    case LayerKind::Mamba: return "mamba";
-    case LayerKind::Attention: return "attention";
-    case LayerKind::MoE: return "moe";
-    case LayerKind::MLP: return "mlp";
+    case LayerKind::Mamba:
+      return "mamba";
+    case LayerKind::Attention:
+      return "attention";
+    case LayerKind::MoE:
+      return "moe";
+    case LayerKind::MLP:
+      return "mlp";
   }
   return "?";
 }
@@ -62,10 +71,12 @@ struct Reader {
       if (def) return *def;
       fail("{}: missing required field '{}'", src, *keys.begin());
     }
-    if (!v->is_number_integer()) fail("{}: field '{}' must be an integer, got {}", src, *keys.begin(), v->dump());
+    if (!v->is_number_integer())
+      fail("{}: field '{}' must be an integer, got {}", src, *keys.begin(), v->dump());
     return v->get<int64_t>();
   }
-  int64_t pos(std::initializer_list<const char*> keys, std::optional<int64_t> def = std::nullopt) const {
+  int64_t pos(std::initializer_list<const char*> keys,
+              std::optional<int64_t> def = std::nullopt) const {
     int64_t v = i64(keys, def);
     if (v <= 0) fail("{}: field '{}' must be positive, got {}", src, *keys.begin(), v);
     return v;
@@ -73,23 +84,27 @@ struct Reader {
   double num(std::initializer_list<const char*> keys, double def) const {
     const json* v = find(keys);
     if (!v) return def;
-    if (!v->is_number()) fail("{}: field '{}' must be a number, got {}", src, *keys.begin(), v->dump());
+    if (!v->is_number())
+      fail("{}: field '{}' must be a number, got {}", src, *keys.begin(), v->dump());
     return v->get<double>();
   }
   bool boolean(std::initializer_list<const char*> keys, bool def) const {
     const json* v = find(keys);
     if (!v) return def;
-    if (!v->is_boolean()) fail("{}: field '{}' must be a boolean, got {}", src, *keys.begin(), v->dump());
+    if (!v->is_boolean())
+      fail("{}: field '{}' must be a boolean, got {}", src, *keys.begin(), v->dump());
     return v->get<bool>();
   }
 };
 
-LayerKind kind_from_name(const std::string& s, const std::string& src, const char* field, size_t i) {
+LayerKind kind_from_name(const std::string& s, const std::string& src, const char* field,
+                         size_t i) {
   if (s == "mamba" || s == "linear_attention" || s == "M") return LayerKind::Mamba;
   if (s == "attention" || s == "full_attention" || s == "*") return LayerKind::Attention;
   if (s == "moe" || s == "E") return LayerKind::MoE;
   if (s == "mlp" || s == "-") return LayerKind::MLP;
-  fail("{}: {}[{}]: unknown layer kind '{}' (expected mamba|attention|moe|mlp or M|*|E|-)", src, field, i, s);
+  fail("{}: {}[{}]: unknown layer kind '{}' (expected mamba|attention|moe|mlp or M|*|E|-)", src,
+       field, i, s);
 }
 
 std::vector<LayerKind> parse_kinds(const json& v, const std::string& src, const char* field) {
@@ -130,7 +145,8 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   // Layer schedule: list form preferred, legacy pattern accepted; both present must agree.
   const json* list = r.find({"layers_block_type", "layer_types"});
   const json* pat = r.find({"hybrid_override_pattern"});
-  if (!list && !pat) fail("{}: missing 'layers_block_type' (or legacy 'hybrid_override_pattern')", src);
+  if (!list && !pat)
+    fail("{}: missing 'layers_block_type' (or legacy 'hybrid_override_pattern')", src);
   if (list) c.layers = parse_kinds(*list, src, "layers_block_type");
   if (pat) {
     auto p = parse_kinds(*pat, src, "hybrid_override_pattern");
@@ -141,7 +157,8 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   if (c.layers.empty()) fail("{}: the layer schedule is empty", src);
   if (const json* nl = r.find({"num_hidden_layers"})) {
     if (!nl->is_number_integer() || nl->get<int64_t>() != int64_t(c.layers.size()))
-      fail("{}: num_hidden_layers = {} but the layer schedule has {} entries", src, nl->dump(), c.layers.size());
+      fail("{}: num_hidden_layers = {} but the layer schedule has {} entries", src, nl->dump(),
+           c.layers.size());
   }
 
   c.hidden_size = r.pos({"hidden_size"});
@@ -177,21 +194,34 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
     c.chunk_size = r.pos({"chunk_size", "mamba_chunk_size"}, 128);
     c.use_conv_bias = r.boolean({"use_conv_bias", "mamba_conv_bias"}, true);
     c.mamba_proj_bias = r.boolean({"use_bias", "mamba_proj_bias"}, false);
-    if (c.mamba_proj_bias) fail("{}: use_bias=true (biased Mamba projections) is not supported", src);
+    if (c.mamba_proj_bias)
+      fail("{}: use_bias=true (biased Mamba projections) is not supported", src);
     if (c.mamba_num_heads % c.n_groups)
-      fail("{}: mamba_num_heads ({}) is not a multiple of n_groups ({})", src, c.mamba_num_heads, c.n_groups);
+      fail("{}: mamba_num_heads ({}) is not a multiple of n_groups ({})", src, c.mamba_num_heads,
+           c.n_groups);
     if (const json* act = r.find({"mamba_hidden_act"}))
-      if (!act->is_string() || (act->get<std::string>() != "silu" && act->get<std::string>() != "swish"))
+      if (!act->is_string() ||
+          (act->get<std::string>() != "silu" && act->get<std::string>() != "swish"))
         fail("{}: mamba_hidden_act {} is not supported (silu)", src, act->dump());
     if (const json* lim = r.find({"time_step_limit", "mamba_dt_limit"})) {
       if (!lim->is_array() || lim->size() != 2 || !(*lim)[0].is_number() ||
           !((*lim)[1].is_number() || (*lim)[1].is_null() || (*lim)[1].is_string()))
         fail("{}: time_step_limit must be [min, max]", src);
-      c.dt_limit_min = (*lim)[0].get<float>();
-      if ((*lim)[1].is_number()) c.dt_limit_max = (*lim)[1].get<float>();
-      else if ((*lim)[1].is_string() && (*lim)[1].get<std::string>() != "Infinity" && (*lim)[1].get<std::string>() != "inf")
+      // Past float's range a double -> float cast is undefined: such limits are rejected.
+      const auto as_float = [&](const json& x) {
+        const double d = x.get<double>();
+        if (std::isfinite(d) && std::fabs(d) > double(FLT_MAX))
+          fail("{}: time_step_limit {} is outside float range", src, x.dump());
+        return float(d);
+      };
+      c.dt_limit_min = as_float((*lim)[0]);
+      if ((*lim)[1].is_number())
+        c.dt_limit_max = as_float((*lim)[1]);
+      else if ((*lim)[1].is_string() && (*lim)[1].get<std::string>() != "Infinity" &&
+               (*lim)[1].get<std::string>() != "inf")
         fail("{}: time_step_limit max {} is not a number", src, (*lim)[1].dump());
-      else c.dt_limit_max = INFINITY;
+      else
+        c.dt_limit_max = INFINITY;
       if (!(c.dt_limit_min <= c.dt_limit_max)) fail("{}: time_step_limit min > max", src);
     }
   }
@@ -199,7 +229,8 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
     c.num_attention_heads = r.pos({"num_attention_heads"});
     c.num_key_value_heads = r.pos({"num_key_value_heads"}, c.num_attention_heads);
     const json* hd = r.find({"head_dim", "attention_head_dim"});
-    if (!hd) fail("{}: missing 'head_dim' (it must be read, not derived from hidden_size / heads)", src);
+    if (!hd)
+      fail("{}: missing 'head_dim' (it must be read, not derived from hidden_size / heads)", src);
     c.head_dim = r.pos({"head_dim", "attention_head_dim"});
     if (c.num_attention_heads % c.num_key_value_heads)
       fail("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", src,
@@ -207,7 +238,8 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
     c.attention_bias = r.boolean({"attention_bias"}, false);
     if (c.attention_bias) fail("{}: attention_bias=true is not supported", src);
     if (const json* sw = r.find({"sliding_window"}))
-      fail("{}: sliding_window = {} is not supported (Nemotron-H attention is global)", src, sw->dump());
+      fail("{}: sliding_window = {} is not supported (Nemotron-H attention is global)", src,
+           sw->dump());
   }
   if (has_moe || mtp_moe) {
     c.n_routed_experts = r.pos({"n_routed_experts"});
@@ -250,20 +282,26 @@ ModelConfig parse_model_config(const json& j, const std::string& src) {
   if (c.mlp_bias) fail("{}: mlp_bias=true is not supported", src);
 
   if (const json* e = r.find({"eos_token_id"})) {
-    if (e->is_number_integer()) c.eos_token_ids.push_back(e->get<int64_t>());
+    if (e->is_number_integer())
+      c.eos_token_ids.push_back(e->get<int64_t>());
     else if (e->is_array())
       for (const auto& x : *e) {
         if (!x.is_number_integer()) fail("{}: eos_token_id entries must be integers", src);
         c.eos_token_ids.push_back(x.get<int64_t>());
       }
-    else fail("{}: eos_token_id must be an integer or a list", src);
+    else
+      fail("{}: eos_token_id must be an integer or a list", src);
   }
-  if (const json* b = r.find({"bos_token_id"}); b && b->is_number_integer()) c.bos_token_id = b->get<int64_t>();
-  if (const json* p = r.find({"pad_token_id"}); p && p->is_number_integer()) c.pad_token_id = p->get<int64_t>();
+  if (const json* b = r.find({"bos_token_id"}); b && b->is_number_integer())
+    c.bos_token_id = b->get<int64_t>();
+  if (const json* p = r.find({"pad_token_id"}); p && p->is_number_integer())
+    c.pad_token_id = p->get<int64_t>();
   // A special token outside the vocabulary could never be matched (EOS) or embedded (BOS/pad).
   for (auto e : c.eos_token_ids)
-    if (e < 0 || e >= c.vocab_size) fail("{}: eos_token_id {} is outside the vocabulary [0, {})", src, e, c.vocab_size);
-  for (const auto& [name, id] : {std::pair{"bos_token_id", c.bos_token_id}, {"pad_token_id", c.pad_token_id}})
+    if (e < 0 || e >= c.vocab_size)
+      fail("{}: eos_token_id {} is outside the vocabulary [0, {})", src, e, c.vocab_size);
+  for (const auto& [name, id] :
+       {std::pair{"bos_token_id", c.bos_token_id}, {"pad_token_id", c.pad_token_id}})
     if (id && (*id < 0 || *id >= c.vocab_size))
       fail("{}: {} {} is outside the vocabulary [0, {})", src, name, *id, c.vocab_size);
   return c;
@@ -279,8 +317,10 @@ std::string quote_nonfinite_literals(const std::string& in) {
     const char ch = in[i];
     if (in_str) {
       out.push_back(ch);
-      if (ch == '\\' && i + 1 < in.size()) out.push_back(in[++i]);
-      else if (ch == '"') in_str = false;
+      if (ch == '\\' && i + 1 < in.size())
+        out.push_back(in[++i]);
+      else if (ch == '"')
+        in_str = false;
       continue;
     }
     if (ch == '"') {
@@ -329,7 +369,8 @@ nlohmann::ordered_json read_config_json_ordered(const std::string& dir) {
 }
 
 ModelConfig load_model_config(const std::string& dir) {
-  return parse_model_config(read_config_json(dir), (std::filesystem::path(dir) / "config.json").string());
+  return parse_model_config(read_config_json(dir),
+                            (std::filesystem::path(dir) / "config.json").string());
 }
 
 json model_config_to_json(const ModelConfig& c) {
@@ -358,7 +399,8 @@ json model_config_to_json(const ModelConfig& c) {
     j["use_bias"] = false;
     j["mamba_hidden_act"] = "silu";
     j["expand"] = 2;
-    j["time_step_limit"] = {c.dt_limit_min, std::isinf(c.dt_limit_max) ? json("Infinity") : json(c.dt_limit_max)};
+    j["time_step_limit"] = {c.dt_limit_min,
+                            std::isinf(c.dt_limit_max) ? json("Infinity") : json(c.dt_limit_max)};
     j["time_step_min"] = 0.001;
     j["time_step_max"] = 0.1;
     j["time_step_floor"] = 1e-4;
@@ -396,8 +438,10 @@ json model_config_to_json(const ModelConfig& c) {
   }
   if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
   if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
-  if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
-  else if (!c.eos_token_ids.empty()) j["eos_token_id"] = c.eos_token_ids;
+  if (c.eos_token_ids.size() == 1)
+    j["eos_token_id"] = c.eos_token_ids[0];
+  else if (!c.eos_token_ids.empty())
+    j["eos_token_id"] = c.eos_token_ids;
   return j;
 }
 

@@ -1,21 +1,19 @@
 #include "io/quant_config.h"
 
-#include <sstream>
-
-#include "io/model_config.h"
-
 #include <algorithm>
 #include <bit>
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 
 #include "base/error.h"
+#include "io/model_config.h"
 
 namespace nemo::io {
 
@@ -23,11 +21,16 @@ using nlohmann::json;
 
 const char* quant_algo_name(QuantAlgo a) {
   switch (a) {
-    case QuantAlgo::None: return "unquantized";
-    case QuantAlgo::NVFP4: return "NVFP4";
-    case QuantAlgo::W4A16_NVFP4: return "W4A16_NVFP4";
-    case QuantAlgo::FP8: return "FP8";
-    case QuantAlgo::MlxAffine: return "mlx-affine";
+    case QuantAlgo::None:
+      return "unquantized";
+    case QuantAlgo::NVFP4:
+      return "NVFP4";
+    case QuantAlgo::W4A16_NVFP4:
+      return "W4A16_NVFP4";
+    case QuantAlgo::FP8:
+      return "FP8";
+    case QuantAlgo::MlxAffine:
+      return "mlx-affine";
   }
   return "?";
 }
@@ -90,13 +93,29 @@ bool glob_match(std::string_view p, std::string_view s) {
 
 namespace {
 
+// An integer field of `v` (a JSON number with an integral value in int range), `dflt` when absent
+// or null; anything else fails naming the field (a cast of 2e30 to int would be undefined).
+int int_field(const json& v, const char* key, int dflt, const std::string& where,
+              const std::string& file) {
+  if (!v.is_object() || !v.contains(key) || v[key].is_null()) return dflt;
+  const json& x = v[key];
+  bool ok = x.is_number_integer() && x.get<int64_t>() >= INT32_MIN && x.get<int64_t>() <= INT32_MAX;
+  if (!ok && x.is_number_float()) {
+    const double d = x.get<double>();
+    ok = d >= INT32_MIN && d <= INT32_MAX && d == std::floor(d);
+  }
+  NEMO_CHECK(ok, "{}: {}: {} must be an integer, got {}", file, where, key, x.dump());
+  return x.is_number_integer() ? int(x.get<int64_t>()) : int(x.get<double>());
+}
+
 std::string upper(std::string s) {
   for (auto& c : s) c = char(std::toupper(static_cast<unsigned char>(c)));
   return s;
 }
 
 // ModelOpt algorithm name -> QuantAlgo; throws naming the module and file for anything else.
-QuantAlgo modelopt_algo(const std::string& name, const std::string& module, const std::string& file) {
+QuantAlgo modelopt_algo(const std::string& name, const std::string& module,
+                        const std::string& file) {
   const std::string u = upper(name);
   if (u == "W4A16_NVFP4") return QuantAlgo::W4A16_NVFP4;
   if (u == "NVFP4") return QuantAlgo::NVFP4;
@@ -113,9 +132,9 @@ ModuleQuant modelopt_entry(const json& v, const std::string& module, const std::
   q.algo = modelopt_algo(v["quant_algo"].get<std::string>(), module, file);
   q.declared = true;
   if (q.algo == QuantAlgo::NVFP4 || q.algo == QuantAlgo::W4A16_NVFP4) {
-    q.group_size = v.contains("group_size") && !v["group_size"].is_null() ? v["group_size"].get<int>() : 16;
-    NEMO_CHECK(q.group_size == 16, "{}: module {}: NVFP4 group_size {} (only 16 exists)", file, module,
-               q.group_size);
+    q.group_size = int_field(v, "group_size", 16, "module " + module, file);
+    NEMO_CHECK(q.group_size == 16, "{}: module {}: NVFP4 group_size {} (only 16 exists)", file,
+               module, q.group_size);
     q.bits = 4;
   } else {
     q.bits = 8;
@@ -147,7 +166,8 @@ struct ModelOptPart {
 ModelOptPart parse_modelopt(const json& q, const std::string& file, bool config_form) {
   ModelOptPart m;
   NEMO_CHECK(q.is_object(), "{}: quantization block is not an object", file);
-  NEMO_CHECK(q.contains("quant_algo") && q["quant_algo"].is_string(), "{}: missing quant_algo", file);
+  NEMO_CHECK(q.contains("quant_algo") && q["quant_algo"].is_string(), "{}: missing quant_algo",
+             file);
   m.global_algo = upper(q["quant_algo"].get<std::string>());
   if (m.global_algo != "MIXED_PRECISION") {
     m.global = modelopt_entry(q, "", file);
@@ -162,25 +182,28 @@ ModelOptPart parse_modelopt(const json& q, const std::string& file, bool config_
     // Converted form without the verbatim map: rebuild it from the groups' targets.
     std::map<std::string, ModuleQuant> layers;
     for (const auto& [g, grp] : q["config_groups"].items()) {
-      NEMO_CHECK(grp.contains("weights") && grp.contains("targets"), "{}: config_groups.{} needs weights and targets",
-                 file, g);
+      NEMO_CHECK(grp.contains("weights") && grp.contains("targets"),
+                 "{}: config_groups.{} needs weights and targets", file, g);
       const json& wq = grp["weights"];
-      const int nb = wq.value("num_bits", 0);
+      const int nb = int_field(wq, "num_bits", 0, "config_groups." + g, file);
       const std::string type = wq.value("type", std::string());
       ModuleQuant mq;
       mq.declared = true;
       if (nb == 4 && type == "float") {
-        const bool act4 = grp.contains("input_activations") && grp["input_activations"].is_object() &&
-                          grp["input_activations"].value("num_bits", 0) == 4;
+        const bool act4 =
+            grp.contains("input_activations") && grp["input_activations"].is_object() &&
+            int_field(grp["input_activations"], "num_bits", 0, "config_groups." + g, file) == 4;
         mq.algo = act4 ? QuantAlgo::NVFP4 : QuantAlgo::W4A16_NVFP4;
-        mq.group_size = wq.contains("group_size") && !wq["group_size"].is_null() ? wq["group_size"].get<int>() : 16;
+        mq.group_size = int_field(wq, "group_size", 16, "config_groups." + g, file);
         mq.bits = 4;
-        NEMO_CHECK(mq.group_size == 16, "{}: config_groups.{}: 4-bit float group_size {}", file, g, mq.group_size);
+        NEMO_CHECK(mq.group_size == 16, "{}: config_groups.{}: 4-bit float group_size {}", file, g,
+                   mq.group_size);
       } else if (nb == 8 && type == "float") {
         mq.algo = QuantAlgo::FP8;
         mq.bits = 8;
       } else {
-        fail("{}: config_groups.{}: unsupported weights scheme num_bits={} type={}", file, g, nb, type);
+        fail("{}: config_groups.{}: unsupported weights scheme num_bits={} type={}", file, g, nb,
+             type);
       }
       for (const auto& t : string_list(grp, "targets", file)) layers[t] = mq;
     }
@@ -197,26 +220,32 @@ ModelOptPart parse_modelopt(const json& q, const std::string& file, bool config_
     m.kv = upper(q["kv_cache_quant_algo"].get<std::string>());
   } else if (q.contains("kv_cache_scheme") && q["kv_cache_scheme"].is_object()) {
     const json& kv = q["kv_cache_scheme"];
-    NEMO_CHECK(kv.value("type", std::string()) == "float" && kv.value("num_bits", 0) == 8,
+    NEMO_CHECK(kv.value("type", std::string()) == "float" &&
+                   int_field(kv, "num_bits", 0, "kv_cache_scheme", file) == 8,
                "{}: unsupported kv_cache_scheme {}", file, kv.dump());
     m.kv = "FP8";
   }
   NEMO_CHECK(m.kv.empty() || m.kv == "FP8", "{}: unsupported kv_cache_quant_algo {}", file, m.kv);
   if (q.contains("producer") && q["producer"].is_object())
-    m.producer = q["producer"].value("name", std::string()) + " " + q["producer"].value("version", std::string());
+    m.producer = q["producer"].value("name", std::string()) + " " +
+                 q["producer"].value("version", std::string());
   return m;
 }
 
-ModuleQuant mlx_entry(const json& v, const ModuleQuant& dflt, const std::string& where, const std::string& file) {
+ModuleQuant mlx_entry(const json& v, const ModuleQuant& dflt, const std::string& where,
+                      const std::string& file) {
   ModuleQuant q = dflt;
   q.algo = QuantAlgo::MlxAffine;
   q.declared = true;
-  if (v.contains("group_size")) q.group_size = v["group_size"].get<int>();
-  if (v.contains("bits")) q.bits = v["bits"].get<int>();
-  const std::string mode = v.contains("mode") && v["mode"].is_string() ? v["mode"].get<std::string>() : "affine";
-  NEMO_CHECK(mode == "affine", "{}: {}: MLX quantization mode \"{}\" is not supported (affine only)", file, where,
+  q.group_size = int_field(v, "group_size", q.group_size, where, file);
+  q.bits = int_field(v, "bits", q.bits, where, file);
+  const std::string mode =
+      v.contains("mode") && v["mode"].is_string() ? v["mode"].get<std::string>() : "affine";
+  NEMO_CHECK(mode == "affine",
+             "{}: {}: MLX quantization mode \"{}\" is not supported (affine only)", file, where,
              mode);
-  NEMO_CHECK(q.bits == 4 || q.bits == 8, "{}: {}: MLX bits {} not supported (4, 8)", file, where, q.bits);
+  NEMO_CHECK(q.bits == 4 || q.bits == 8, "{}: {}: MLX bits {} not supported (4, 8)", file, where,
+             q.bits);
   NEMO_CHECK(q.group_size == 32 || q.group_size == 64 || q.group_size == 128,
              "{}: {}: MLX group_size {} not supported (32, 64, 128)", file, where, q.group_size);
   return q;
@@ -245,7 +274,9 @@ void parse_mlx(const json& q, const std::string& file, QuantConfig& qc) {
   qc.global_algo = "MLX_AFFINE";
 }
 
-bool is_float_dtype(DType t) { return t == DType::BF16 || t == DType::F16 || t == DType::F32; }
+bool is_float_dtype(DType t) {
+  return t == DType::BF16 || t == DType::F16 || t == DType::F32;
+}
 
 }  // namespace
 
@@ -263,8 +294,10 @@ ModuleQuant QuantConfig::resolve(const std::string& module) const {
     return global;  // not declared: quantized only if MODULE.scales exists (check_module)
   }
   if (auto it = layers.find(module); it != layers.end()) {
-    NEMO_CHECK(ex == nullptr, "{}: module {} is listed in quantized_layers ({}) but also matches exclude pattern \"{}\"",
-               source, module, quant_algo_name(it->second.algo), *ex);
+    NEMO_CHECK(
+        ex == nullptr,
+        "{}: module {} is listed in quantized_layers ({}) but also matches exclude pattern \"{}\"",
+        source, module, quant_algo_name(it->second.algo), *ex);
     return it->second;
   }
   ModuleQuant q;
@@ -282,8 +315,8 @@ ModuleQuant QuantConfig::resolve_fused(std::span<const std::string> members) con
   for (const auto& m : members.subspan(1)) {
     const ModuleQuant q = resolve(m);
     NEMO_CHECK(q.algo == first.algo && q.group_size == first.group_size && q.bits == first.bits,
-               "{}: fused modules disagree: {} is {} but {} is {}", source, members[0], quant_algo_name(first.algo), m,
-               quant_algo_name(q.algo));
+               "{}: fused modules disagree: {} is {} but {} is {}", source, members[0],
+               quant_algo_name(first.algo), m, quant_algo_name(q.algo));
   }
   return first;
 }
@@ -292,15 +325,17 @@ ModuleQuant QuantConfig::resolve_children(const std::string& prefix) const {
   const std::string pre = prefix + ".";
   const ModuleQuant* first = nullptr;
   std::string first_name;
-  for (auto it = layers.lower_bound(pre); it != layers.end() && it->first.compare(0, pre.size(), pre) == 0; ++it) {
+  for (auto it = layers.lower_bound(pre);
+       it != layers.end() && it->first.compare(0, pre.size(), pre) == 0; ++it) {
     const ModuleQuant q = resolve(it->first);  // applies the exclude consistency check too
     if (!first) {
       first = &it->second;
       first_name = it->first;
     } else {
-      NEMO_CHECK(q.algo == first->algo && q.group_size == first->group_size && q.bits == first->bits,
-                 "{}: modules under {} disagree: {} is {} but {} is {}", source, prefix, first_name,
-                 quant_algo_name(first->algo), it->first, quant_algo_name(q.algo));
+      NEMO_CHECK(
+          q.algo == first->algo && q.group_size == first->group_size && q.bits == first->bits,
+          "{}: modules under {} disagree: {} is {} but {} is {}", source, prefix, first_name,
+          quant_algo_name(first->algo), it->first, quant_algo_name(q.algo));
     }
   }
   return first ? *first : resolve(prefix);
@@ -311,8 +346,8 @@ QuantConfig parse_quant_config(const json* hfq, const std::string& hfq_file, con
   QuantConfig qc;
   std::optional<ModelOptPart> a, b;
   if (hfq) {
-    NEMO_CHECK(hfq->is_object() && hfq->contains("quantization"), "{}: expected {{\"quantization\": {{...}}}}",
-               hfq_file);
+    NEMO_CHECK(hfq->is_object() && hfq->contains("quantization"),
+               "{}: expected {{\"quantization\": {{...}}}}", hfq_file);
     a = parse_modelopt((*hfq)["quantization"], hfq_file, false);
     if (hfq->contains("producer") && (*hfq)["producer"].is_object())
       a->producer = (*hfq)["producer"].value("name", std::string()) + " " +
@@ -320,23 +355,29 @@ QuantConfig parse_quant_config(const json* hfq, const std::string& hfq_file, con
   }
   if (cfg && cfg->is_object()) {
     const json* mlx = nullptr;
-    if (cfg->contains("quantization") && (*cfg)["quantization"].is_object()) mlx = &(*cfg)["quantization"];
-    const json* qcfg = cfg->contains("quantization_config") && (*cfg)["quantization_config"].is_object()
-                           ? &(*cfg)["quantization_config"]
-                           : nullptr;
+    if (cfg->contains("quantization") && (*cfg)["quantization"].is_object())
+      mlx = &(*cfg)["quantization"];
+    const json* qcfg =
+        cfg->contains("quantization_config") && (*cfg)["quantization_config"].is_object()
+            ? &(*cfg)["quantization_config"]
+            : nullptr;
     if (qcfg && qcfg->contains("quant_method")) {
-      const std::string method = (*qcfg)["quant_method"].is_string() ? (*qcfg)["quant_method"].get<std::string>() : "";
+      const std::string method =
+          (*qcfg)["quant_method"].is_string() ? (*qcfg)["quant_method"].get<std::string>() : "";
       if (method == "modelopt") {
         b = parse_modelopt(*qcfg, cfg_file, true);
       } else if (!mlx) {
-        fail("{}: quantization_config.quant_method \"{}\" is not supported (modelopt, or MLX `quantization`)",
-             cfg_file, method);
+        fail(
+            "{}: quantization_config.quant_method \"{}\" is not supported (modelopt, or MLX "
+            "`quantization`)",
+            cfg_file, method);
       }
     } else if (!mlx && qcfg && (qcfg->contains("bits") || qcfg->contains("group_size"))) {
       mlx = qcfg;  // mlx-lm's HF-compatible copy
     }
     if (mlx) {
-      NEMO_CHECK(!a && !b, "{}: both an MLX `quantization` and a ModelOpt config are present", cfg_file);
+      NEMO_CHECK(!a && !b, "{}: both an MLX `quantization` and a ModelOpt config are present",
+                 cfg_file);
       parse_mlx(*mlx, cfg_file, qc);
       qc.source = cfg_file;
       return qc;
@@ -346,18 +387,18 @@ QuantConfig parse_quant_config(const json* hfq, const std::string& hfq_file, con
   qc.format = QuantFormat::ModelOpt;
   if (a && b) {
     qc.source = hfq_file + " + " + cfg_file;
-    NEMO_CHECK(a->global_algo == b->global_algo, "{} says quant_algo {} but {} says {}", hfq_file, a->global_algo,
-               cfg_file, b->global_algo);
+    NEMO_CHECK(a->global_algo == b->global_algo, "{} says quant_algo {} but {} says {}", hfq_file,
+               a->global_algo, cfg_file, b->global_algo);
     if (a->layers && b->layers) {
       for (const auto& [k, v] : *a->layers) {
         auto it = b->layers->find(k);
-        NEMO_CHECK(it != b->layers->end(), "{} lists module {} in quantized_layers but {} does not", hfq_file, k,
-                   cfg_file);
+        NEMO_CHECK(it != b->layers->end(), "{} lists module {} in quantized_layers but {} does not",
+                   hfq_file, k, cfg_file);
         NEMO_CHECK(it->second.algo == v.algo, "module {}: {} says {} but {} says {}", k, hfq_file,
                    quant_algo_name(v.algo), cfg_file, quant_algo_name(it->second.algo));
       }
-      NEMO_CHECK(a->layers->size() == b->layers->size(), "{} has {} quantized_layers, {} has {}", hfq_file,
-                 a->layers->size(), cfg_file, b->layers->size());
+      NEMO_CHECK(a->layers->size() == b->layers->size(), "{} has {} quantized_layers, {} has {}",
+                 hfq_file, a->layers->size(), cfg_file, b->layers->size());
     }
   } else {
     qc.source = a ? hfq_file : cfg_file;
@@ -365,8 +406,10 @@ QuantConfig parse_quant_config(const json* hfq, const std::string& hfq_file, con
   const ModelOptPart& p = a ? *a : *b;
   qc.global_algo = p.global_algo;
   qc.global = p.global;
-  if (p.layers) qc.layers = *p.layers;
-  else if (b && b->layers) qc.layers = *b->layers;
+  if (p.layers)
+    qc.layers = *p.layers;
+  else if (b && b->layers)
+    qc.layers = *b->layers;
   std::set<std::string> seen;
   for (const auto* part : {a ? &*a : nullptr, b ? &*b : nullptr})
     if (part)
@@ -424,7 +467,8 @@ struct Checker {
   float scalar_f32(const char* suffix, const TensorInfo& t) const {
     const bool scalar = t.shape.empty() || (t.shape.size() == 1 && t.shape[0] == 1);
     if (t.dtype != DType::F32 || !scalar)
-      bad(std::string(".") + suffix + " must be an F32 scalar, found " + dtype_name(t.dtype) + " " + shape_str(t.shape),
+      bad(std::string(".") + suffix + " must be an F32 scalar, found " + dtype_name(t.dtype) + " " +
+              shape_str(t.shape),
           t);
     if (!t.data) return NAN;
     float v;
@@ -456,8 +500,8 @@ int64_t first_nonfinite(const TensorInfo& t) {
 
 }  // namespace
 
-CheckedModule check_module(const QuantConfig& qc, const std::string& module, const TensorLookup& lookup,
-                           const CheckOptions& opt) {
+CheckedModule check_module(const QuantConfig& qc, const std::string& module,
+                           const TensorLookup& lookup, const CheckOptions& opt) {
   const Checker c{qc, module, lookup};
   const ModuleQuant q = qc.resolve(module);
   const auto w = c.get("weight");
@@ -468,10 +512,11 @@ CheckedModule check_module(const QuantConfig& qc, const std::string& module, con
   const auto sc = c.get("scales"), bi = c.get("biases");
 
   QuantAlgo algo = q.algo;
-  if (qc.format == QuantFormat::Mlx && !q.declared && q.algo == QuantAlgo::MlxAffine && !sc) algo = QuantAlgo::None;
+  if (qc.format == QuantFormat::Mlx && !q.declared && q.algo == QuantAlgo::MlxAffine && !sc)
+    algo = QuantAlgo::None;
   // Single-algo ModelOpt: an unlisted module stored as plain float is just not a quantized Linear.
-  if (qc.format == QuantFormat::ModelOpt && !q.declared && algo != QuantAlgo::None && is_float_dtype(w->dtype) &&
-      !ws && !ws2)
+  if (qc.format == QuantFormat::ModelOpt && !q.declared && algo != QuantAlgo::None &&
+      is_float_dtype(w->dtype) && !ws && !ws2)
     algo = QuantAlgo::None;
   r.quant = q;
   r.quant.algo = algo;
@@ -480,9 +525,11 @@ CheckedModule check_module(const QuantConfig& qc, const std::string& module, con
     case QuantAlgo::None: {
       if (!is_float_dtype(w->dtype))
         c.bad(".weight is " + std::string(dtype_name(w->dtype)) + " " + shape_str(w->shape) +
-                  " but the config declares the module unquantized (a sibling's format is never inherited)",
+                  " but the config declares the module unquantized (a sibling's format is never "
+                  "inherited)",
               w);
-      for (const auto& [t, n] : {std::pair{&ws, "weight_scale"}, {&ws2, "weight_scale_2"}, {&sc, "scales"}})
+      for (const auto& [t, n] :
+           {std::pair{&ws, "weight_scale"}, {&ws2, "weight_scale_2"}, {&sc, "scales"}})
         if (*t) c.bad("unquantized module carries ." + std::string(n), *t);
       if (w->shape.size() < 1) c.bad(".weight has no dimensions", w);
       r.out = w->shape.size() >= 2 ? w->shape[w->shape.size() - 2] : w->shape[0];
@@ -493,33 +540,37 @@ CheckedModule check_module(const QuantConfig& qc, const std::string& module, con
     case QuantAlgo::NVFP4:
     case QuantAlgo::W4A16_NVFP4: {
       if (w->dtype != DType::U8 || w->shape.size() != 2)
-        c.bad(".weight must be U8 [out, in/2], found " + std::string(dtype_name(w->dtype)) + " " + shape_str(w->shape),
+        c.bad(".weight must be U8 [out, in/2], found " + std::string(dtype_name(w->dtype)) + " " +
+                  shape_str(w->shape),
               w);
       r.out = w->shape[0];
       r.in = 2 * w->shape[1];
-      if (r.in % 16 != 0) c.bad("input dim " + std::to_string(r.in) + " is not a multiple of 16", w);
+      if (r.in % 16 != 0)
+        c.bad("input dim " + std::to_string(r.in) + " is not a multiple of 16", w);
       const TensorInfo s = c.need("weight_scale", "NVFP4 block scales");
       if (s.dtype != DType::F8_E4M3 || s.shape != std::vector<int64_t>{r.out, r.in / 16})
-        c.bad(".weight_scale must be F8_E4M3 " + shape_str({r.out, r.in / 16}) + ", found " + dtype_name(s.dtype) +
-                  " " + shape_str(s.shape),
+        c.bad(".weight_scale must be F8_E4M3 " + shape_str({r.out, r.in / 16}) + ", found " +
+                  dtype_name(s.dtype) + " " + shape_str(s.shape),
               s);
       if (opt.scan_block_scales && s.data) {
         const int64_t n = r.out * (r.in / 16);
         for (int64_t i = 0; i < n; ++i)
           if (uint8_t(s.data[i] | 0x80) == 0xFF)
-            c.bad(".weight_scale has a NaN code (0x" + fmt::format("{:02X}", s.data[i]) + ") at row " +
-                      std::to_string(i / (r.in / 16)) + ", block " + std::to_string(i % (r.in / 16)),
+            c.bad(".weight_scale has a NaN code (0x" + fmt::format("{:02X}", s.data[i]) +
+                      ") at row " + std::to_string(i / (r.in / 16)) + ", block " +
+                      std::to_string(i % (r.in / 16)),
                   s);
       }
-      r.weight_scale = c.scalar_f32("weight_scale_2", c.need("weight_scale_2", "NVFP4 per-tensor scale"));
+      r.weight_scale =
+          c.scalar_f32("weight_scale_2", c.need("weight_scale_2", "NVFP4 per-tensor scale"));
       if (is) r.input_scale = c.scalar_f32("input_scale", *is);
       if (sc) c.bad("NVFP4 module also carries MLX .scales", sc);
       return r;
     }
     case QuantAlgo::FP8: {
       if (w->dtype != DType::F8_E4M3 || w->shape.size() != 2)
-        c.bad(".weight must be F8_E4M3 [out, in], found " + std::string(dtype_name(w->dtype)) + " " +
-                  shape_str(w->shape),
+        c.bad(".weight must be F8_E4M3 [out, in], found " + std::string(dtype_name(w->dtype)) +
+                  " " + shape_str(w->shape),
               w);
       r.out = w->shape[0];
       r.in = w->shape[1];
@@ -530,23 +581,26 @@ CheckedModule check_module(const QuantConfig& qc, const std::string& module, con
     }
     case QuantAlgo::MlxAffine: {
       if (w->dtype != DType::U32 || w->shape.size() < 2 || w->shape.size() > 3)
-        c.bad(".weight must be U32 [(E,) out, in*bits/32], found " + std::string(dtype_name(w->dtype)) + " " +
-                  shape_str(w->shape),
+        c.bad(".weight must be U32 [(E,) out, in*bits/32], found " +
+                  std::string(dtype_name(w->dtype)) + " " + shape_str(w->shape),
               w);
       const int b = q.bits, g = q.group_size;
       const size_t nd = w->shape.size();
       r.out = w->shape[nd - 2];
       r.in = w->shape[nd - 1] * 32 / b;
       if (nd == 3) r.stacked = w->shape[0];
-      if (r.in % g != 0) c.bad("input dim " + std::to_string(r.in) + " not a multiple of group " + std::to_string(g), w);
+      if (r.in % g != 0)
+        c.bad("input dim " + std::to_string(r.in) + " not a multiple of group " + std::to_string(g),
+              w);
       std::vector<int64_t> want(w->shape.begin(), w->shape.end());
       want.back() = r.in / g;
       const TensorInfo s = c.need("scales", "MLX affine scales");
       const TensorInfo bb = c.need("biases", "MLX affine biases");
       for (const TensorInfo* t : {&s, &bb})
         if (!is_float_dtype(t->dtype) || t->shape != want)
-          c.bad("scales/biases must be float " + shape_str(want) + " for bits=" + std::to_string(b) +
-                    " group=" + std::to_string(g) + ", found " + dtype_name(t->dtype) + " " + shape_str(t->shape),
+          c.bad("scales/biases must be float " + shape_str(want) +
+                    " for bits=" + std::to_string(b) + " group=" + std::to_string(g) + ", found " +
+                    dtype_name(t->dtype) + " " + shape_str(t->shape),
                 *t);
       if (s.dtype != bb.dtype) c.bad("scales and biases have different dtypes", bb);
       if (opt.scan_block_scales)

@@ -1,4 +1,5 @@
-// Quantization config parsing, per-module resolution (spec/formats.md §4.5) and tensor cross-checks.
+// Quantization config parsing, per-module resolution (spec/formats.md §4.5) and tensor
+// cross-checks.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -25,23 +26,26 @@ json lightning_hf_quant() {
   layers["backbone.layers.0.mixer.in_proj"] = {{"quant_algo", "FP8"}};
   layers["backbone.layers.0.mixer.out_proj"] = {{"quant_algo", "FP8"}};
   for (int e = 0; e < 4; ++e) {
-    layers["backbone.layers.1.mixer.experts." + std::to_string(e) + ".down_proj"] = {{"quant_algo", "W4A16_NVFP4"},
-                                                                                     {"group_size", 16}};
-    layers["backbone.layers.1.mixer.experts." + std::to_string(e) + ".up_proj"] = {{"quant_algo", "W4A16_NVFP4"},
-                                                                                   {"group_size", 16}};
+    layers["backbone.layers.1.mixer.experts." + std::to_string(e) + ".down_proj"] = {
+        {"quant_algo", "W4A16_NVFP4"}, {"group_size", 16}};
+    layers["backbone.layers.1.mixer.experts." + std::to_string(e) + ".up_proj"] = {
+        {"quant_algo", "W4A16_NVFP4"}, {"group_size", 16}};
   }
-  layers["backbone.layers.1.mixer.shared_experts.down_proj"] = {{"quant_algo", "W4A16_NVFP4"}, {"group_size", 16}};
-  layers["backbone.layers.1.mixer.shared_experts.up_proj"] = {{"quant_algo", "W4A16_NVFP4"}, {"group_size", 16}};
+  layers["backbone.layers.1.mixer.shared_experts.down_proj"] = {{"quant_algo", "W4A16_NVFP4"},
+                                                                {"group_size", 16}};
+  layers["backbone.layers.1.mixer.shared_experts.up_proj"] = {{"quant_algo", "W4A16_NVFP4"},
+                                                              {"group_size", 16}};
   layers["lm_head"] = {{"quant_algo", "W4A16_NVFP4"}, {"group_size", 16}};
-  return {{"producer", {{"name", "modelopt"}, {"version", "0.44.0rc5"}}},
-          {"quantization",
-           {{"quant_algo", "MIXED_PRECISION"},
-            {"kv_cache_quant_algo", "FP8"},
-            {"quantized_layers", layers},
-            {"exclude_modules",
-             {"backbone.embeddings", "backbone.layers.0.mixer.conv1d", "backbone.layers.1.mixer.gate",
-              "backbone.layers.5.mixer.k_proj", "backbone.layers.5.mixer.o_proj", "backbone.layers.5.mixer.q_proj",
-              "backbone.layers.5.mixer.v_proj", "mtp*"}}}}};
+  return {
+      {"producer", {{"name", "modelopt"}, {"version", "0.44.0rc5"}}},
+      {"quantization",
+       {{"quant_algo", "MIXED_PRECISION"},
+        {"kv_cache_quant_algo", "FP8"},
+        {"quantized_layers", layers},
+        {"exclude_modules",
+         {"backbone.embeddings", "backbone.layers.0.mixer.conv1d", "backbone.layers.1.mixer.gate",
+          "backbone.layers.5.mixer.k_proj", "backbone.layers.5.mixer.o_proj",
+          "backbone.layers.5.mixer.q_proj", "backbone.layers.5.mixer.v_proj", "mtp*"}}}}};
 }
 
 // The converted config.json form (formats.md §4.3) of the same information.
@@ -50,19 +54,20 @@ json lightning_config_json(bool with_layers = true) {
   json fp8_targets = json::array(), fp4_targets = json::array();
   for (const auto& [k, v] : q["quantized_layers"].items())
     (v["quant_algo"] == "FP8" ? fp8_targets : fp4_targets).push_back(k);
-  json qc = {{"config_groups",
-              {{"group_0",
-                {{"input_activations", {{"dynamic", false}, {"num_bits", 8}, {"type", "float"}}},
-                 {"weights", {{"dynamic", false}, {"num_bits", 8}, {"type", "float"}}},
-                 {"targets", fp8_targets}}},
-               {"group_1",
-                {{"weights", {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", 16}}},
-                 {"targets", fp4_targets}}}}},
-             {"ignore", q["exclude_modules"]},
-             {"quant_algo", "MIXED_PRECISION"},
-             {"kv_cache_scheme", {{"dynamic", false}, {"num_bits", 8}, {"type", "float"}}},
-             {"producer", {{"name", "modelopt"}, {"version", "0.44.0rc5"}}},
-             {"quant_method", "modelopt"}};
+  json qc = {
+      {"config_groups",
+       {{"group_0",
+         {{"input_activations", {{"dynamic", false}, {"num_bits", 8}, {"type", "float"}}},
+          {"weights", {{"dynamic", false}, {"num_bits", 8}, {"type", "float"}}},
+          {"targets", fp8_targets}}},
+        {"group_1",
+         {{"weights", {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", 16}}},
+          {"targets", fp4_targets}}}}},
+      {"ignore", q["exclude_modules"]},
+      {"quant_algo", "MIXED_PRECISION"},
+      {"kv_cache_scheme", {{"dynamic", false}, {"num_bits", 8}, {"type", "float"}}},
+      {"producer", {{"name", "modelopt"}, {"version", "0.44.0rc5"}}},
+      {"quant_method", "modelopt"}};
   if (with_layers) qc["quantized_layers"] = q["quantized_layers"];
   return {{"model_type", "nemotron_h"}, {"hidden_size", 2688}, {"quantization_config", qc}};
 }
@@ -71,10 +76,12 @@ json lightning_config_json(bool with_layers = true) {
 struct Store {
   std::map<std::string, TensorInfo> t;
   std::map<std::string, std::vector<uint8_t>> bytes;
-  void add(const std::string& name, DType d, std::vector<int64_t> shape, const std::string& file = "model-00001.safetensors") {
+  void add(const std::string& name, DType d, std::vector<int64_t> shape,
+           const std::string& file = "model-00001.safetensors") {
     t[name] = TensorInfo{d, std::move(shape), file, nullptr};
   }
-  void add_scalar(const std::string& name, float v, const std::string& file = "model-00001.safetensors") {
+  void add_scalar(const std::string& name, float v,
+                  const std::string& file = "model-00001.safetensors") {
     auto& b = bytes[name];
     b.resize(4);
     std::memcpy(b.data(), &v, 4);
@@ -84,7 +91,8 @@ struct Store {
     add(m + ".weight", DType::U8, {out, in / 2});
     auto& s = bytes[m + ".weight_scale"];
     s.assign(size_t(out * in / 16), 0x38);
-    t[m + ".weight_scale"] = TensorInfo{DType::F8_E4M3, {out, in / 16}, "model-00002.safetensors", s.data()};
+    t[m + ".weight_scale"] =
+        TensorInfo{DType::F8_E4M3, {out, in / 16}, "model-00002.safetensors", s.data()};
     add_scalar(m + ".weight_scale_2", 0.001f);
   }
   void add_fp8(const std::string& m, int64_t out, int64_t in) {
@@ -103,7 +111,9 @@ struct Store {
 
 using nemo::test::error_of;
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 }  // namespace
 
@@ -141,8 +151,9 @@ TEST(QuantConfig, LightningHfQuantConfig) {
   EXPECT_EQ(qc.resolve("backbone.layers.0.mixer.in_proj").algo, QuantAlgo::FP8);
   EXPECT_EQ(qc.resolve("lm_head").algo, QuantAlgo::W4A16_NVFP4);
   // Siblings of FP8 modules stay unquantized (the vLLM "parent/sibling" bug, formats.md §4.5).
-  for (const char* m : {"backbone.layers.0.mixer.conv1d", "backbone.layers.0.mixer.norm", "backbone.layers.1.mixer.gate",
-                        "backbone.layers.5.mixer.q_proj", "backbone.embeddings", "backbone.layers.1.mixer.experts",
+  for (const char* m : {"backbone.layers.0.mixer.conv1d", "backbone.layers.0.mixer.norm",
+                        "backbone.layers.1.mixer.gate", "backbone.layers.5.mixer.q_proj",
+                        "backbone.embeddings", "backbone.layers.1.mixer.experts",
                         "backbone.layers.1.mixer.experts.9.up_proj", "backbone.layers.0.mixer"})
     EXPECT_EQ(qc.resolve(m).algo, QuantAlgo::None) << m;
   EXPECT_TRUE(qc.resolve("backbone.layers.0.mixer.conv1d").excluded);
@@ -167,7 +178,8 @@ TEST(QuantConfig, ConfigJsonFormAgreesAndRebuildsFromGroups) {
     }
     EXPECT_EQ(only_cfg.exclude, only_hf.exclude);
     EXPECT_EQ(both.exclude, only_hf.exclude);
-    EXPECT_TRUE(contains(both.source, "hf_quant_config.json") && contains(both.source, "config.json"));
+    EXPECT_TRUE(contains(both.source, "hf_quant_config.json") &&
+                contains(both.source, "config.json"));
   }
 }
 
@@ -175,7 +187,8 @@ TEST(QuantConfig, DisagreeingFilesFail) {
   const json h = lightning_hf_quant();
   json c = lightning_config_json();
   c["quantization_config"]["quantized_layers"]["lm_head"]["quant_algo"] = "FP8";
-  const std::string e = error_of([&] { parse_quant_config(&h, "hf_quant_config.json", &c, "config.json"); });
+  const std::string e =
+      error_of([&] { parse_quant_config(&h, "hf_quant_config.json", &c, "config.json"); });
   EXPECT_TRUE(contains(e, "lm_head")) << e;
   c = lightning_config_json();
   c["quantization_config"]["quantized_layers"].erase("lm_head");
@@ -184,18 +197,23 @@ TEST(QuantConfig, DisagreeingFilesFail) {
 
 TEST(QuantConfig, UnknownAlgorithmsNameModuleAndFile) {
   json h = lightning_hf_quant();
-  h["quantization"]["quantized_layers"]["backbone.layers.0.mixer.in_proj"]["quant_algo"] = "INT4_AWQ";
-  const std::string e = error_of([&] { parse_quant_config(&h, "/ckpt/hf_quant_config.json", nullptr, ""); });
+  h["quantization"]["quantized_layers"]["backbone.layers.0.mixer.in_proj"]["quant_algo"] =
+      "INT4_AWQ";
+  const std::string e =
+      error_of([&] { parse_quant_config(&h, "/ckpt/hf_quant_config.json", nullptr, ""); });
   EXPECT_TRUE(contains(e, "backbone.layers.0.mixer.in_proj")) << e;
   EXPECT_TRUE(contains(e, "/ckpt/hf_quant_config.json")) << e;
   EXPECT_TRUE(contains(e, "INT4_AWQ")) << e;
   json g = {{"quantization", {{"quant_algo", "W4A8_AWQ"}}}};
-  EXPECT_TRUE(contains(error_of([&] { parse_quant_config(&g, "x.json", nullptr, ""); }), "W4A8_AWQ"));
+  EXPECT_TRUE(
+      contains(error_of([&] { parse_quant_config(&g, "x.json", nullptr, ""); }), "W4A8_AWQ"));
   json c = {{"quantization_config", {{"quant_method", "compressed-tensors"}}}};
-  EXPECT_TRUE(contains(error_of([&] { parse_quant_config(nullptr, "", &c, "config.json"); }), "compressed-tensors"));
+  EXPECT_TRUE(contains(error_of([&] { parse_quant_config(nullptr, "", &c, "config.json"); }),
+                       "compressed-tensors"));
   json bad_group = lightning_hf_quant();
   bad_group["quantization"]["quantized_layers"]["lm_head"]["group_size"] = 32;
-  EXPECT_TRUE(contains(error_of([&] { parse_quant_config(&bad_group, "h.json", nullptr, ""); }), "lm_head"));
+  EXPECT_TRUE(contains(error_of([&] { parse_quant_config(&bad_group, "h.json", nullptr, ""); }),
+                       "lm_head"));
   json mixed_no_layers = {{"quantization", {{"quant_algo", "MIXED_PRECISION"}}}};
   EXPECT_THROW(parse_quant_config(&mixed_no_layers, "h.json", nullptr, ""), nemo::Error);
   json kv = lightning_hf_quant();
@@ -239,11 +257,13 @@ TEST(QuantConfig, SingleAlgoDrafterStyle) {
 TEST(QuantConfig, FusedMembersMustAgree) {
   const json h = lightning_hf_quant();
   const QuantConfig qc = parse_quant_config(&h, "hf_quant_config.json", nullptr, "");
-  const std::vector<std::string> qkv = {"backbone.layers.5.mixer.q_proj", "backbone.layers.5.mixer.k_proj",
+  const std::vector<std::string> qkv = {"backbone.layers.5.mixer.q_proj",
+                                        "backbone.layers.5.mixer.k_proj",
                                         "backbone.layers.5.mixer.v_proj"};
   EXPECT_EQ(qc.resolve_fused(qkv).algo, QuantAlgo::None);
   std::vector<std::string> experts;
-  for (int e = 0; e < 4; ++e) experts.push_back("backbone.layers.1.mixer.experts." + std::to_string(e) + ".up_proj");
+  for (int e = 0; e < 4; ++e)
+    experts.push_back("backbone.layers.1.mixer.experts." + std::to_string(e) + ".up_proj");
   EXPECT_EQ(qc.resolve_fused(experts).algo, QuantAlgo::W4A16_NVFP4);
   experts.push_back("backbone.layers.1.mixer.experts.4.up_proj");  // not listed -> unquantized
   const std::string e = error_of([&] { qc.resolve_fused(experts); });
@@ -254,12 +274,14 @@ TEST(QuantConfig, ChildrenOfAFusedModule) {
   json h = lightning_hf_quant();
   QuantConfig qc = parse_quant_config(&h, "hf_quant_config.json", nullptr, "");
   EXPECT_EQ(qc.resolve_children("backbone.layers.1.mixer.experts").algo, QuantAlgo::W4A16_NVFP4);
-  EXPECT_EQ(qc.resolve_children("backbone.layers.1.mixer.shared_experts").algo, QuantAlgo::W4A16_NVFP4);
+  EXPECT_EQ(qc.resolve_children("backbone.layers.1.mixer.shared_experts").algo,
+            QuantAlgo::W4A16_NVFP4);
   // Nothing below the prefix: the prefix itself decides (never a sibling such as in_proj).
   EXPECT_EQ(qc.resolve_children("backbone.layers.0.mixer.conv1d").algo, QuantAlgo::None);
   EXPECT_EQ(qc.resolve_children("backbone.layers.0.mixer.in").algo, QuantAlgo::None);
   EXPECT_EQ(qc.resolve_children("backbone.layers.0.mixer.in_proj").algo, QuantAlgo::FP8);
-  h["quantization"]["quantized_layers"]["backbone.layers.1.mixer.experts.2.up_proj"]["quant_algo"] = "FP8";
+  h["quantization"]["quantized_layers"]["backbone.layers.1.mixer.experts.2.up_proj"]["quant_algo"] =
+      "FP8";
   qc = parse_quant_config(&h, "hf_quant_config.json", nullptr, "");
   const std::string e = error_of([&] { qc.resolve_children("backbone.layers.1.mixer.experts"); });
   EXPECT_TRUE(contains(e, "experts.2.up_proj")) << e;
@@ -303,7 +325,9 @@ TEST(QuantConfig, CrossCheckFailuresNameModuleAndFile) {
     Store s;
     s.add(up + ".weight", DType::BF16, {1856, 2688}, "shard-3.safetensors");
     const std::string e = error_of([&] { check_module(qc, up, s.lookup()); });
-    EXPECT_TRUE(contains(e, up) && contains(e, "shard-3.safetensors") && contains(e, "hf_quant_config.json")) << e;
+    EXPECT_TRUE(contains(e, up) && contains(e, "shard-3.safetensors") &&
+                contains(e, "hf_quant_config.json"))
+        << e;
   }
   {  // missing weight_scale_2
     Store s;
@@ -323,7 +347,8 @@ TEST(QuantConfig, CrossCheckFailuresNameModuleAndFile) {
     s.add_nvfp4(up, 1856, 2688);
     s.add_scalar(up + ".weight_scale_2", NAN, "shard-7.safetensors");
     const std::string e = error_of([&] { check_module(qc, up, s.lookup()); });
-    EXPECT_TRUE(contains(e, up) && contains(e, "shard-7.safetensors") && contains(e, "finite")) << e;
+    EXPECT_TRUE(contains(e, up) && contains(e, "shard-7.safetensors") && contains(e, "finite"))
+        << e;
   }
   {  // NaN E4M3 block scale
     Store s;
@@ -346,7 +371,8 @@ TEST(QuantConfig, CrossCheckFailuresNameModuleAndFile) {
   {  // a quantized-looking tensor in a module the config leaves unquantized (never inferred)
     Store s;
     s.add_nvfp4("backbone.layers.1.mixer.experts.9.up_proj", 1856, 2688);
-    const std::string e = error_of([&] { check_module(qc, "backbone.layers.1.mixer.experts.9.up_proj", s.lookup()); });
+    const std::string e = error_of(
+        [&] { check_module(qc, "backbone.layers.1.mixer.experts.9.up_proj", s.lookup()); });
     EXPECT_TRUE(contains(e, "U8") && contains(e, "unquantized")) << e;
   }
   {  // unquantized module carrying scales
@@ -357,7 +383,8 @@ TEST(QuantConfig, CrossCheckFailuresNameModuleAndFile) {
   }
   {  // missing weight
     Store s;
-    EXPECT_TRUE(contains(error_of([&] { check_module(qc, "lm_head", s.lookup()); }), "lm_head.weight"));
+    EXPECT_TRUE(
+        contains(error_of([&] { check_module(qc, "lm_head", s.lookup()); }), "lm_head.weight"));
   }
 }
 
@@ -403,13 +430,29 @@ TEST(QuantConfig, MlxAffineWithOverrides) {
   EXPECT_EQ(check_module(qc, "backbone.layers.0.mixer.conv1d", L).quant.algo, QuantAlgo::None);
   // Scales shaped for another group size fail.
   s.t["backbone.layers.1.mixer.switch_mlp.fc1.scales"].shape = {128, 1856, 84};
-  const std::string e = error_of([&] { check_module(qc, "backbone.layers.1.mixer.switch_mlp.fc1", s.lookup()); });
+  const std::string e =
+      error_of([&] { check_module(qc, "backbone.layers.1.mixer.switch_mlp.fc1", s.lookup()); });
   EXPECT_TRUE(contains(e, "switch_mlp.fc1") && contains(e, "group=64")) << e;
   // Unsupported modes / bits.
   json m = {{"quantization", {{"group_size", 16}, {"bits", 4}, {"mode", "nvfp4"}}}};
-  EXPECT_TRUE(contains(error_of([&] { parse_quant_config(nullptr, "", &m, "config.json"); }), "nvfp4"));
+  EXPECT_TRUE(
+      contains(error_of([&] { parse_quant_config(nullptr, "", &m, "config.json"); }), "nvfp4"));
   json b3 = {{"quantization", {{"group_size", 64}, {"bits", 3}}}};
   EXPECT_THROW(parse_quant_config(nullptr, "", &b3, "config.json"), nemo::Error);
+  // Integer fields that are not integers in int range fail by name (the fuzzer found 2e30 cast
+  // to int, which is undefined); an integral float is an integer.
+  for (const json& bits : {json(2.22e30), json(4.5), json("4"), json(-4294967296LL)}) {
+    json q = {{"quantization", {{"group_size", 64}, {"bits", bits}}}};
+    const std::string e = error_of([&] { parse_quant_config(nullptr, "", &q, "config.json"); });
+    EXPECT_TRUE(contains(e, "bits must be an integer") && contains(e, "config.json")) << e;
+  }
+  json f = {{"quantization", {{"group_size", 64.0}, {"bits", 8.0}}}};
+  EXPECT_EQ(parse_quant_config(nullptr, "", &f, "config.json").global.bits, 8);
+  json kv = lightning_hf_quant();
+  kv["quantization"].erase("kv_cache_quant_algo");
+  kv["quantization"]["kv_cache_scheme"] = {{"type", "float"}, {"num_bits", 1e300}};
+  EXPECT_TRUE(contains(error_of([&] { parse_quant_config(&kv, "h.json", nullptr, ""); }),
+                       "num_bits must be an integer"));
 }
 
 TEST(QuantConfig, UnquantizedCheckpoint) {
