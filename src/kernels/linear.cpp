@@ -104,22 +104,30 @@ void linear_range(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
   detail::select_range_fn(w.format, isa)(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
+namespace {
+// Outputs per parallel chunk: at least ~256K multiply-adds per thread, so small matrices stay on
+// one thread (a fork/join costs far more than the work when the machine is oversubscribed).
+int64_t output_grain(const PackedWeight& w, int64_t n_rows) {
+  return std::max<int64_t>(16, (int64_t(1) << 18) / std::max<int64_t>(1, w.cols * n_rows));
+}
+}  // namespace
+
 void linear(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
             int64_t y_stride, const ThreadConfig& tc) {
   if (w.format == WeightFormat::FP8_E4M3 && w.input_scale > 0.0f)
     return linear_fp8_static(w, w.input_scale, x, n_rows, x_stride, y, y_stride, tc);
   const detail::RangeFn fn = detail::select_range_fn(w.format, active_isa());
-  // Grain: at least ~256K multiply-adds per thread, so small matrices stay on one thread
-  // (a fork/join costs far more than the work when the machine is oversubscribed).
-  const int64_t per_out = std::max<int64_t>(1, w.cols * n_rows);
-  const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 18) / per_out);
-  parallel_for(tc, w.rows, grain,
+  parallel_for(tc, w.rows, output_grain(w, n_rows),
                [&](int64_t b, int64_t e) { fn(w, x, n_rows, x_stride, y, y_stride, b, e); });
 }
 
 void linear_many(std::span<const LinearJob> jobs, const ThreadConfig& tc) {
-  // Blocks of outputs per job with linear()'s grain (at least ~256K multiply-adds), rounded to
-  // 16 outputs so the 4-output tiles stay whole; start[j] = the first block of job j.
+  if (jobs.size() == 1) {  // nothing to share a region with
+    const LinearJob& J = jobs[0];
+    return linear(*J.w, J.x, J.n_rows, J.x_stride, J.y, J.y_stride, tc);
+  }
+  // Blocks of outputs per job with linear()'s grain, rounded to 16 outputs so the 4-output tiles
+  // stay whole; start[j] = the first block of job j.
   std::vector<int64_t> start(jobs.size() + 1, 0), block(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
     const LinearJob& J = jobs[j];
@@ -129,8 +137,7 @@ void linear_many(std::span<const LinearJob> jobs, const ThreadConfig& tc) {
       block[j] = 1, start[j + 1] = start[j];
       continue;
     }
-    const int64_t per_out = std::max<int64_t>(1, J.w->cols * J.n_rows);
-    block[j] = (std::max<int64_t>(16, (int64_t(1) << 18) / per_out) + 15) / 16 * 16;
+    block[j] = (output_grain(*J.w, J.n_rows) + 15) / 16 * 16;
     start[j + 1] = start[j] + (J.n_rows > 0 ? (J.w->rows + block[j] - 1) / block[j] : 0);
   }
   const Isa isa = active_isa();

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <span>
 
 #include "base/memory.h"
+#include "kernels/linear.h"
 #include "kernels/ops.h"
 
 namespace nemo::model {
@@ -175,15 +177,7 @@ void moe_forward(const MoEWeights& w, const io::ModelConfig& c, const float* hn,
   if (T <= kGroupRows) {
     run_group(active, shared != nullptr);
   } else {
-    for (const int64_t e : active) {
-      const auto& rows = rows_of[e];
-      const int64_t n = int64_t(rows.size());
-      xin.resize(size_t(n * H)), yout.resize(size_t(n * H));
-      for (int64_t r = 0; r < n; ++r) std::copy_n(hn + rows[r].first * H, H, xin.data() + r * H);
-      mlp_forward(w.experts[e], xin.data(), n, H, yout.data(), H, tc);
-      for (int64_t r = 0; r < n; ++r)
-        kernels::axpy(rows[r].second, yout.data() + r * H, routed.data() + rows[r].first * H, H);
-    }
+    for (const int64_t& e : active) run_group(std::span(&e, 1), false);
     if (shared) mlp_forward(*shared, hn, T, H, out, H, tc);
   }
   if (!shared) {

@@ -83,7 +83,8 @@ class NemotronH {
   int64_t decode_bytes_per_token() const;
   // Weight bytes one pass reads when its rows routed to `experts_used` ([layer][expert], as
   // ForwardProfile fills it): every shared matrix once and each routed expert once, whatever the
-  // number of rows. The byte floor of a verify pass.
+  // number of rows. The byte floor of a verify pass. An empty outer vector stands for a decode
+  // step (decode_bytes_per_token: top-k experts of average size).
   int64_t bytes_read(const std::vector<std::vector<uint8_t>>& experts_used) const;
 
  private:
