@@ -691,6 +691,13 @@ void Tokenizer::Impl::load_decoder(const json& d, const std::string& path) {
 }
 
 void Tokenizer::Impl::load_post(const json& p, const std::string& path) {
+  // Ids the post-processor adds must be tokens of the finished id table (vocab + added tokens).
+  const auto known_id = [&](const json& x, const std::string& where) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 ||
+        x.get<int64_t>() >= int64_t(id_to_tok.size()))
+      fail("{}: id {} is not a token id (vocabulary of {})", where, x.dump(), id_to_tok.size());
+    return int32_t(x.get<int64_t>());
+  };
   std::string t = type_of(p, path);
   if (t == "ByteLevel") return;  // only adjusts offsets
   if (t == "Sequence") {
@@ -711,7 +718,8 @@ void Tokenizer::Impl::load_post(const json& p, const std::string& path) {
       std::string name = need_str(item["SpecialToken"], "id", ipath + ".SpecialToken");
       std::vector<int32_t> ids;
       if (st.contains(name) && st[name].contains("ids")) {
-        for (const auto& x : st[name]["ids"]) ids.push_back(x.get<int32_t>());
+        for (const auto& x : st[name]["ids"])
+          ids.push_back(known_id(x, fmt::format("{}.special_tokens.{}", path, name)));
       } else {
         ids.push_back(id_for(name, ipath));
       }
@@ -723,9 +731,8 @@ void Tokenizer::Impl::load_post(const json& p, const std::string& path) {
   if (t == "RobertaProcessing" || t == "BertProcessing") {
     auto tok = [&](const char* k) {
       const json& a = need(p, k, path);
-      if (!a.is_array() || a.size() != 2 || !a[1].is_number_integer())
-        fail("{}.{}: expected [token, id]", path, k);
-      return a[1].get<int32_t>();
+      if (!a.is_array() || a.size() != 2) fail("{}.{}: expected [token, id]", path, k);
+      return known_id(a[1], fmt::format("{}.{}", path, k));
     };
     prefix_ids = {tok("cls")};
     suffix_ids = {tok("sep")};

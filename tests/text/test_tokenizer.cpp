@@ -1,8 +1,7 @@
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "base/error.h"
 #include "test_util.h"
@@ -36,10 +35,14 @@ json tiny(bool with_merges = true) {
   }
   vocab["he"] = id++;
   vocab["hel"] = id++;
-  json j = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", with_merges ? json::array({"h e", "he l"}) : json::array()}}},
-            {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-            {"decoder", {{"type", "ByteLevel"}}},
-            {"added_tokens", json::array({{{"id", 300}, {"content", "<|im_end|>"}, {"special", true}}})}};
+  json j = {
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", vocab},
+        {"merges", with_merges ? json::array({"h e", "he l"}) : json::array()}}},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"added_tokens", json::array({{{"id", 300}, {"content", "<|im_end|>"}, {"special", true}}})}};
   return j;
 }
 
@@ -63,12 +66,15 @@ TEST(Tokenizer, TrainedRoundTripAndSpecials) {
   EXPECT_GT(plain.size(), ids.size());
   EXPECT_EQ(tok.decode(plain), text);
   // skip_special_tokens drops them on decode.
-  EXPECT_EQ(tok.decode(ids, {.skip_special_tokens = true, .clean_up_tokenization_spaces = std::nullopt}), "user\nHello, 東京! It's 2024.\nok");
+  EXPECT_EQ(
+      tok.decode(ids, {.skip_special_tokens = true, .clean_up_tokenization_spaces = std::nullopt}),
+      "user\nHello, 東京! It's 2024.\nok");
 }
 
 TEST(Tokenizer, MergesCompressTrainedText) {
   const Tokenizer& tok = trained_tokenizer();
-  std::string text = slurp(std::filesystem::path(NEMOTRON_SOURCE_DIR) / "src/text/tokenizer.cpp").substr(0, 4000);
+  std::string text =
+      slurp(std::filesystem::path(NEMOTRON_SOURCE_DIR) / "src/text/tokenizer.cpp").substr(0, 4000);
   auto ids = tok.encode(text);
   EXPECT_LT(ids.size(), text.size() / 2);  // real merges, not bytes
   EXPECT_EQ(tok.decode(ids), text);
@@ -93,10 +99,11 @@ TEST(Tokenizer, InvalidUtf8BytesRoundTrip) {
 TEST(Tokenizer, TemplatePostProcessorAndConfigPolicy) {
   json j = tiny();
   j["added_tokens"].push_back({{"id", 301}, {"content", "<s>"}, {"special", true}});
-  j["post_processor"] = {{"type", "TemplateProcessing"},
-                         {"single", json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-                                                 {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-                         {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {301}}, {"tokens", {"<s>"}}}}}}};
+  j["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+      {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {301}}, {"tokens", {"<s>"}}}}}}};
   Tokenizer t = Tokenizer::from_json(j.dump());
   auto ids = t.encode("hel");
   ASSERT_EQ(ids.size(), 2u);
@@ -104,10 +111,20 @@ TEST(Tokenizer, TemplatePostProcessorAndConfigPolicy) {
   EXPECT_EQ(ids[1], 257);  // "hel" merged
   EXPECT_EQ(t.encode("hel", {.add_special_tokens = false}).size(), 1u);
   // tokenizer_config.json add_bos_token / add_eos_token override the post-processor.
-  Tokenizer t2 = Tokenizer::from_json(j.dump(), R"({"bos_token": "<s>", "eos_token": "<|im_end|>", "add_bos_token": false, "add_eos_token": true})");
+  Tokenizer t2 = Tokenizer::from_json(
+      j.dump(),
+      R"({"bos_token": "<s>", "eos_token": "<|im_end|>", "add_bos_token": false, "add_eos_token": true})");
   auto ids2 = t2.encode("hel");
   ASSERT_EQ(ids2.size(), 2u);
   EXPECT_EQ(ids2[1], 300);
+  // Post-processor ids outside the id table fail at load (the fuzzer found <s> = 260 in a
+  // 260-token vocabulary, which encode() then emitted).
+  for (const json& bad : {json(302), json(-1), json(1e30), json("301")}) {
+    json k = j;
+    k["post_processor"]["special_tokens"]["<s>"]["ids"] = {bad};
+    const std::string e = error_of(k.dump());
+    EXPECT_NE(e.find("special_tokens.<s>: id"), std::string::npos) << bad.dump() << ": " << e;
+  }
 }
 
 TEST(Tokenizer, IgnoreMergesUsesWholeWord) {
@@ -126,15 +143,30 @@ TEST(Tokenizer, ByteFallbackSentencePieceStyle) {
   json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
   int id = 3;
   for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = id++;
-  for (const char* s : {"\xE2\x96\x81", "h", "i", "\xE2\x96\x81h", "\xE2\x96\x81hi"}) vocab[s] = id++;
-  json j = {{"normalizer", {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
-                                                                                {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}})}}},
-            {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"\xE2\x96\x81 h", "\xE2\x96\x81h i"})},
-                       {"byte_fallback", true}, {"unk_token", "<unk>"}}},
-            {"decoder", {{"type", "Sequence"}, {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
-                                                                          {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
-                                                                          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
-            {"added_tokens", json::array({{{"id", 1}, {"content", "<s>"}, {"special", true}}})}};
+  for (const char* s : {"\xE2\x96\x81", "h", "i", "\xE2\x96\x81h", "\xE2\x96\x81hi"})
+    vocab[s] = id++;
+  json j = {
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
+                                     {{"type", "Replace"},
+                                      {"pattern", {{"String", " "}}},
+                                      {"content", "\xE2\x96\x81"}}})}}},
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", vocab},
+        {"merges", json::array({"\xE2\x96\x81 h", "\xE2\x96\x81h i"})},
+        {"byte_fallback", true},
+        {"unk_token", "<unk>"}}},
+      {"decoder",
+       {{"type", "Sequence"},
+        {"decoders",
+         json::array(
+             {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+              {{"type", "ByteFallback"}},
+              {{"type", "Fuse"}},
+              {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
+      {"added_tokens", json::array({{{"id", 1}, {"content", "<s>"}, {"special", true}}})}};
   Tokenizer t = Tokenizer::from_json(j.dump(), R"({"bos_token": "<s>", "add_bos_token": true})");
   auto ids = t.encode("hi é");
   // <s>, "▁hi", "▁", then é as two byte tokens 0xC3 0xA9.
@@ -143,7 +175,9 @@ TEST(Tokenizer, ByteFallbackSentencePieceStyle) {
   EXPECT_EQ(ids[1], 3 + 256 + 4);
   EXPECT_EQ(ids[3], 3 + 0xC3);
   EXPECT_EQ(ids[4], 3 + 0xA9);
-  EXPECT_EQ(t.decode(ids, {.skip_special_tokens = true, .clean_up_tokenization_spaces = std::nullopt}), "hi é");
+  EXPECT_EQ(
+      t.decode(ids, {.skip_special_tokens = true, .clean_up_tokenization_spaces = std::nullopt}),
+      "hi é");
   // A lone continuation byte decodes to U+FFFD.
   EXPECT_EQ(t.decode(std::vector<int32_t>{3 + 0xA9}), "\xEF\xBF\xBD");
 }
@@ -151,9 +185,15 @@ TEST(Tokenizer, ByteFallbackSentencePieceStyle) {
 TEST(Tokenizer, SplitBehaviours) {
   auto make = [](const char* behavior, bool invert) {
     json j = tiny(false);
-    j["pre_tokenizer"] = {{"type", "Sequence"},
-                          {"pretokenizers", json::array({{{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}, {"invert", invert}},
-                                                         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+    j["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers",
+         json::array(
+             {{{"type", "Split"},
+               {"pattern", {{"String", "-"}}},
+               {"behavior", behavior},
+               {"invert", invert}},
+              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
     j["model"]["vocab"]["a-"] = 400;
     j["model"]["vocab"]["-b"] = 401;
     j["model"]["vocab"]["--"] = 402;
@@ -178,14 +218,18 @@ TEST(Tokenizer, MalformedJsonNamesTheField) {
   EXPECT_NE(error_of(j.dump()).find("model.merges[2]"), std::string::npos) << error_of(j.dump());
   j = tiny();
   j["model"]["merges"].push_back("zz qq");
-  EXPECT_NE(error_of(j.dump()).find("model.merges[2]: token \"zz\" is not in the vocabulary"), std::string::npos);
+  EXPECT_NE(error_of(j.dump()).find("model.merges[2]: token \"zz\" is not in the vocabulary"),
+            std::string::npos);
   j = tiny();
   j["model"]["merges"].push_back(42);
   EXPECT_NE(error_of(j.dump()).find("model.merges[2]"), std::string::npos);
   j = tiny();
-  j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array({{{"type", "Whitespace"}}})}};
-  EXPECT_NE(error_of(j.dump()).find("pre_tokenizer.pretokenizers[0].type: unsupported pre-tokenizer \"Whitespace\""),
-            std::string::npos) << error_of(j.dump());
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", json::array({{{"type", "Whitespace"}}})}};
+  EXPECT_NE(error_of(j.dump()).find(
+                "pre_tokenizer.pretokenizers[0].type: unsupported pre-tokenizer \"Whitespace\""),
+            std::string::npos)
+      << error_of(j.dump());
   j = tiny();
   j["model"]["type"] = "WordPiece";
   EXPECT_NE(error_of(j.dump()).find("model.type"), std::string::npos);
@@ -194,13 +238,16 @@ TEST(Tokenizer, MalformedJsonNamesTheField) {
   EXPECT_NE(error_of(j.dump()).find("model.vocab: missing"), std::string::npos);
   j = tiny();
   j["normalizer"] = {{"type", "NFKC"}};
-  EXPECT_NE(error_of(j.dump()).find("normalizer.type: unsupported normalizer \"NFKC\""), std::string::npos);
+  EXPECT_NE(error_of(j.dump()).find("normalizer.type: unsupported normalizer \"NFKC\""),
+            std::string::npos);
   j = tiny();
   j["decoder"] = {{"type", "WordPiece"}};
   EXPECT_NE(error_of(j.dump()).find("decoder.type"), std::string::npos);
   j = tiny();
-  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
-  EXPECT_NE(error_of(j.dump()).find("pre_tokenizer.pattern.Regex: regex does not compile"), std::string::npos);
+  j["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+  EXPECT_NE(error_of(j.dump()).find("pre_tokenizer.pattern.Regex: regex does not compile"),
+            std::string::npos);
   j = tiny();
   j["added_tokens"][0].erase("content");
   EXPECT_NE(error_of(j.dump()).find("added_tokens[0].content: missing"), std::string::npos);
@@ -230,11 +277,11 @@ TEST(Tokenizer, FromDirAndMissingFiles) {
 }
 
 TEST(Tokenizer, NfcNormalisation) {
-  EXPECT_EQ(nfc("cafe\xCC\x81"), "caf\xC3\xA9");                // e + acute -> é
-  EXPECT_EQ(nfc("\xE1\x84\x80\xE1\x85\xA1"), "\xEA\xB0\x80");   // Hangul L+V -> 가
+  EXPECT_EQ(nfc("cafe\xCC\x81"), "caf\xC3\xA9");               // e + acute -> é
+  EXPECT_EQ(nfc("\xE1\x84\x80\xE1\x85\xA1"), "\xEA\xB0\x80");  // Hangul L+V -> 가
   EXPECT_EQ(nfd("\xC3\xA9"), "e\xCC\x81");
   EXPECT_EQ(nfc("a\xCC\xA3\xCC\x87"), "\xE1\xBA\xA1\xCC\x87");  // canonical order + compose
-  EXPECT_EQ(nfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");      // reordered, nothing composes
+  EXPECT_EQ(nfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");     // reordered, nothing composes
   EXPECT_EQ(nfc("\xFF\xFE abc"), "\xFF\xFE abc");               // ill-formed bytes pass through
   EXPECT_EQ(nfc("\xE2\x84\xAB"), "\xC3\x85");                   // Angstrom sign singleton -> Å
 }
@@ -261,7 +308,8 @@ TEST(Tokenizer, RealTokenizersInvalidBytes) {
     for (int it = 0; it < 200; ++it) {
       std::string s;
       int n = rng() % 40;
-      for (int k = 0; k < n; ++k) s.push_back(rng() % 3 ? char(rng() % 256) : "a \n\xC3\xA9"[rng() % 4]);
+      for (int k = 0; k < n; ++k)
+        s.push_back(rng() % 3 ? char(rng() % 256) : "a \n\xC3\xA9"[rng() % 4]);
       auto ids = tok.encode(s, {.add_special_tokens = false});
       std::string raw;
       for (int32_t id : ids) raw += tok.token_bytes(id);
