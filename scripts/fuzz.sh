@@ -34,7 +34,9 @@ for t in "${targets[@]}"; do
     echo "fuzz $t: ${execs:-?} executions in ${secs} s, ${cov:-no coverage line}"
   else
     echo "fuzz $t: FAILED (exit $rc) after ${execs:-?} executions, ${cov:-no coverage line}; log: $log"
-    grep -E 'ERROR: |SUMMARY: |Test unit written' "$log" | head -5 | sed 's/^/  /'
+    grep -E 'ERROR: |SUMMARY: |Test unit written|what\(\):|runtime error' "$log" | head -6 | sed 's/^/  /'
+    # The project's own frames of the first stack trace: enough to find the bug from a CI log.
+    grep -E '^ +#[0-9]+ .* /.*/(src|tests)/' "$log" | head -6 | awk '{print "  " $1 " " $NF}' || true
     failed+=("$t")
   fi
 done

@@ -108,6 +108,25 @@ int int_field(const json& v, const char* key, int dflt, const std::string& where
   return x.is_number_integer() ? int(x.get<int64_t>()) : int(x.get<double>());
 }
 
+// A string field of `v`, `dflt` when absent or null; any other type fails naming the field
+// (nlohmann's value() throws a type_error that names neither file nor key).
+std::string string_field(const json& v, const char* key, const std::string& where,
+                         const std::string& file) {
+  if (!v.is_object() || !v.contains(key) || v[key].is_null()) return {};
+  const json& x = v[key];
+  NEMO_CHECK(x.is_string(), "{}: {}: {} must be a string, got {}", file, where, key, x.dump());
+  return x.get<std::string>();
+}
+
+// "name version" of a ModelOpt producer block; metadata only, so wrong types are left out.
+std::string producer_of(const json& p) {
+  std::string s;
+  for (const char* k : {"name", "version"})
+    if (p.is_object() && p.contains(k) && p[k].is_string())
+      s += (s.empty() ? "" : " ") + p[k].get<std::string>();
+  return s;
+}
+
 std::string upper(std::string s) {
   for (auto& c : s) c = char(std::toupper(static_cast<unsigned char>(c)));
   return s;
@@ -186,7 +205,7 @@ ModelOptPart parse_modelopt(const json& q, const std::string& file, bool config_
                  "{}: config_groups.{} needs weights and targets", file, g);
       const json& wq = grp["weights"];
       const int nb = int_field(wq, "num_bits", 0, "config_groups." + g, file);
-      const std::string type = wq.value("type", std::string());
+      const std::string type = string_field(wq, "type", "config_groups." + g + ".weights", file);
       ModuleQuant mq;
       mq.declared = true;
       if (nb == 4 && type == "float") {
@@ -220,15 +239,13 @@ ModelOptPart parse_modelopt(const json& q, const std::string& file, bool config_
     m.kv = upper(q["kv_cache_quant_algo"].get<std::string>());
   } else if (q.contains("kv_cache_scheme") && q["kv_cache_scheme"].is_object()) {
     const json& kv = q["kv_cache_scheme"];
-    NEMO_CHECK(kv.value("type", std::string()) == "float" &&
+    NEMO_CHECK(string_field(kv, "type", "kv_cache_scheme", file) == "float" &&
                    int_field(kv, "num_bits", 0, "kv_cache_scheme", file) == 8,
                "{}: unsupported kv_cache_scheme {}", file, kv.dump());
     m.kv = "FP8";
   }
   NEMO_CHECK(m.kv.empty() || m.kv == "FP8", "{}: unsupported kv_cache_quant_algo {}", file, m.kv);
-  if (q.contains("producer") && q["producer"].is_object())
-    m.producer = q["producer"].value("name", std::string()) + " " +
-                 q["producer"].value("version", std::string());
+  if (q.contains("producer")) m.producer = producer_of(q["producer"]);
   return m;
 }
 
@@ -349,9 +366,7 @@ QuantConfig parse_quant_config(const json* hfq, const std::string& hfq_file, con
     NEMO_CHECK(hfq->is_object() && hfq->contains("quantization"),
                "{}: expected {{\"quantization\": {{...}}}}", hfq_file);
     a = parse_modelopt((*hfq)["quantization"], hfq_file, false);
-    if (hfq->contains("producer") && (*hfq)["producer"].is_object())
-      a->producer = (*hfq)["producer"].value("name", std::string()) + " " +
-                    (*hfq)["producer"].value("version", std::string());
+    if (hfq->contains("producer")) a->producer = producer_of((*hfq)["producer"]);
   }
   if (cfg && cfg->is_object()) {
     const json* mlx = nullptr;

@@ -69,7 +69,7 @@ std::string content_text(const json& c, const std::string& where) {
   if (!c.is_array()) bad_request(where, fmt::format("'{}' must be a string or an array of parts", where));
   std::string out;
   for (const auto& part : c) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
         !part["text"].is_string())
       bad_request(where, fmt::format("'{}': only parts of type \"text\" with a string \"text\" "
                                      "are supported", where));
@@ -245,8 +245,9 @@ GenerationRequest parse_generation_request(const json& body, bool chat) {
     if (const json* t = field(body, "tools")) {
       if (!t->is_array()) bad_request("tools", "'tools' must be an array");
       for (const auto& tool : *t)
-        if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") ||
-            !tool["function"].is_object() || !tool["function"].contains("name"))
+        if (!tool.is_object() || !tool.contains("type") || tool["type"] != "function" || !tool.contains("function") ||
+            !tool["function"].is_object() || !tool["function"].contains("name") ||
+            !tool["function"]["name"].is_string())
           bad_request("tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}");
       if (!t->empty()) r.tools = *t;
     }

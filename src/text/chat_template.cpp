@@ -34,7 +34,7 @@ std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, const Ch
         std::string text;
         bool all_text = true;
         for (const auto& part : m["content"]) {
-          if (part.is_object() && part.value("type", "") == "text" && part.contains("text") && part["text"].is_string())
+          if (part.is_object() && part.contains("type") && part["type"] == "text" && part.contains("text") && part["text"].is_string())
             text += part["text"].get<std::string>();
           else
             all_text = false;
@@ -86,7 +86,7 @@ std::optional<std::string> load_chat_template(const std::filesystem::path& dir) 
   if (ct.is_string()) return ct.get<std::string>();
   if (ct.is_array())
     for (const auto& e : ct)
-      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+      if (e.is_object() && e.contains("name") && e["name"] == "default" && e.contains("template") && e["template"].is_string())
         return e["template"].get<std::string>();
   return std::nullopt;
 }

@@ -16,7 +16,7 @@ std::string declared_type(const ojson& tools, const std::string& fn, const std::
   if (!tools.is_array()) return {};
   for (const auto& t : tools) {
     const ojson& f = t.contains("function") ? t["function"] : t;
-    if (!f.is_object() || f.value("name", "") != fn) continue;
+    if (!f.is_object() || !f.contains("name") || f["name"] != fn) continue;
     if (!f.contains("parameters") || !f["parameters"].is_object()) return {};
     const ojson& props = f["parameters"].value("properties", ojson::object());
     if (!props.is_object() || !props.contains(param) || !props[param].is_object()) return {};

@@ -421,7 +421,7 @@ void Tokenizer::Impl::load(const json& tj, const json& cfg) {
       chat_template = ct.get<std::string>();
     } else if (ct.is_array()) {  // [{"name": "default", "template": ...}, ...]
       for (const auto& e : ct)
-        if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+        if (e.is_object() && e.contains("name") && e["name"] == "default" && e.contains("template") &&
             e["template"].is_string())
           chat_template = e["template"].get<std::string>();
     }

@@ -453,6 +453,21 @@ TEST(QuantConfig, MlxAffineWithOverrides) {
   kv["quantization"]["kv_cache_scheme"] = {{"type", "float"}, {"num_bits", 1e300}};
   EXPECT_TRUE(contains(error_of([&] { parse_quant_config(&kv, "h.json", nullptr, ""); }),
                        "num_bits must be an integer"));
+  // String fields of another type fail by name (the fuzzer found "type": 4, which nlohmann's
+  // value() threw as an unnamed type_error); producer metadata of the wrong type is left out.
+  kv["quantization"]["kv_cache_scheme"] = {{"type", 8}, {"num_bits", 8}};
+  EXPECT_TRUE(contains(error_of([&] { parse_quant_config(&kv, "h.json", nullptr, ""); }),
+                       "h.json: kv_cache_scheme: type must be a string, got 8"));
+  json groups = {{"quantization_config",
+                  {{"quant_method", "modelopt"},
+                   {"quant_algo", "NVFP4"},
+                   {"config_groups",
+                    {{"g", {{"weights", {{"num_bits", 4}, {"type", 4}}}, {"targets", {"x"}}}}}}}}};
+  EXPECT_TRUE(contains(error_of([&] { parse_quant_config(nullptr, "", &groups, "config.json"); }),
+                       "config.json: config_groups.g.weights: type must be a string, got 4"));
+  json prod = lightning_hf_quant();
+  prod["producer"] = {{"name", 7}, {"version", "0.44"}};
+  EXPECT_EQ(parse_quant_config(&prod, "h.json", nullptr, "").producer, "0.44");
 }
 
 TEST(QuantConfig, UnquantizedCheckpoint) {
