@@ -88,6 +88,21 @@ const ByteLevelTables& byte_level() {
   return t;
 }
 
+// HF's ByteFallback decoder: a token "<0xHH>" is the byte u8::from_str_radix(HH, 16), which
+// takes two hex digits of either case, or '+' and one; anything else stays text.
+std::optional<char> byte_fallback_byte(std::string_view t) {
+  if (t.size() != 6 || !t.starts_with("<0x") || t[5] != '>') return std::nullopt;
+  const auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  const int hi = hex(t[3]), lo = hex(t[4]);
+  if (lo < 0 || (hi < 0 && t[3] != '+')) return std::nullopt;
+  return char(hi < 0 ? lo : hi * 16 + lo);
+}
+
 // Byte-level token string -> raw bytes; nullopt if a char is outside the alphabet.
 std::optional<std::string> byte_level_decode(std::string_view tok) {
   const auto& bl = byte_level();
@@ -454,10 +469,7 @@ void Tokenizer::Impl::load(const json& tj, const json& cfg) {
     // yields the raw byte so the streaming UTF-8 assembler can combine it.
     for (const auto& d : decoders) {
       if (d.kind == DecKind::ByteFallback) {
-        const std::string& t = one[0];
-        if (t.size() == 6 && t.starts_with("<0x") && t[5] == '>') {
-          one[0] = std::string(1, char(std::stoi(t.substr(3, 2), nullptr, 16)));
-        }
+        if (const auto b = byte_fallback_byte(one[0])) one[0] = std::string(1, *b);
       } else if (d.kind == DecKind::ByteLevel) {
         if (auto raw = byte_level_decode(one[0])) one[0] = *raw;
       } else if (d.kind == DecKind::Replace) {
@@ -1137,9 +1149,8 @@ std::vector<std::string> Tokenizer::Impl::run_decoders(std::vector<std::string> 
           nbytes = 0;
         };
         for (auto& t : toks) {
-          if (t.size() == 6 && t.starts_with("<0x") && t[5] == '>' && std::isxdigit(uint8_t(t[3])) &&
-              std::isxdigit(uint8_t(t[4]))) {
-            bytes.push_back(char(std::stoi(t.substr(3, 2), nullptr, 16)));
+          if (const auto b = byte_fallback_byte(t)) {
+            bytes.push_back(*b);
             ++nbytes;
           } else {
             flush();

@@ -103,3 +103,13 @@ TEST(ChatTemplate, WhitespaceControlAndScoping) {
   EXPECT_EQ(r("{% set ns = namespace(n=0) %}{% for x in xs %}{% set ns.n = ns.n + x %}{% endfor %}{{ ns.n }}", R"({"xs":[1,2,3]})"), "6");
   EXPECT_EQ(r("{{ d | tojson }}", R"({"d":{"z":1,"a":"é<"}})"), R"({"z": 1, "a": "é<"})");
 }
+
+// A list's all-digit attribute is an index (Jinja's `xs.0`, `map(attribute="0")`); one past int64
+// or with other characters is undefined, not an escaped std::out_of_range or a partial parse.
+TEST(ChatTemplate, NumericAttributeIndexesAList) {
+  auto r = [](const char* src) { return ChatTemplate(src).render(ojson::parse(R"({"xs":[[7,8]]})")); };
+  EXPECT_EQ(r("{{ xs[0].1 }}"), "8");
+  EXPECT_EQ(r("{{ xs | map(attribute='1') | list }}"), "[8]");
+  EXPECT_EQ(r("{{ (xs | map(attribute='99999999999999999999') | list)[0] is defined }}"), "False");
+  EXPECT_EQ(r("{{ (xs | map(attribute='1x') | list)[0] is defined }}"), "False");
+}

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "test_util.h"
 #include "text/bpe_trainer.h"
+#include "text/detokenizer.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
 
@@ -180,6 +181,34 @@ TEST(Tokenizer, ByteFallbackSentencePieceStyle) {
       "hi é");
   // A lone continuation byte decodes to U+FFFD.
   EXPECT_EQ(t.decode(std::vector<int32_t>{3 + 0xA9}), "\xEF\xBF\xBD");
+}
+
+// ByteFallback reads "<0xHH>" as HF does (u8::from_str_radix: two hex digits of either case, or
+// '+' and one); other six-character tokens stay text, both in decode() and in streamed pieces
+// (the fuzzer found "<0x:1>" throwing std::stoi's invalid_argument out of the load).
+TEST(Tokenizer, ByteFallbackTokenForms) {
+  json vocab = {{"<unk>", 0}};
+  int id = 1;
+  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = id++;
+  const std::vector<std::string> odd = {"<0x4a>", "<0x+A>", "<0x:1>", "<0x 1>", "<0x-1>", "<0xG0>"};
+  for (const auto& o : odd) vocab[o] = id++;
+  json j = {{"model",
+             {{"type", "BPE"},
+              {"vocab", vocab},
+              {"merges", json::array()},
+              {"byte_fallback", true},
+              {"unk_token", "<unk>"}}},
+            {"decoder",
+             {{"type", "Sequence"},
+              {"decoders", json::array({{{"type", "ByteFallback"}}, {{"type", "Fuse"}}})}}}};
+  Tokenizer t = Tokenizer::from_json(j.dump(), "");
+  const std::vector<std::string> want = {"J", "\n", "<0x:1>", "<0x 1>", "<0x-1>", "<0xG0>"};
+  for (size_t i = 0; i < odd.size(); ++i) {
+    const int32_t tid = int32_t(257 + i);
+    EXPECT_EQ(t.decode(std::vector<int32_t>{tid}), want[i]) << odd[i];
+    StreamDecoder sd(t);
+    EXPECT_EQ(sd.push(tid) + sd.finish(), want[i]) << odd[i];
+  }
 }
 
 TEST(Tokenizer, SplitBehaviours) {

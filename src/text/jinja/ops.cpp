@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 
 #include "text/jinja/strings.h"
@@ -37,8 +38,13 @@ Value getattr(const Value& obj, const std::string& n, const Site& at) {
     if (const Value* v = obj.d->find(n)) return *v;
     return Value();
   }
-  if (obj.t == VT::List && !n.empty() && std::isdigit(static_cast<unsigned char>(n[0])))
-    return getitem(obj, Value::integer(std::stoll(n)), at);
+  if (obj.t == VT::List && !n.empty() && std::isdigit(static_cast<unsigned char>(n[0]))) {
+    int64_t i = 0;
+    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), i);
+    // Past int64 (std::stoll would throw): no such index, so undefined.
+    if (ec != std::errc() || end != n.data() + n.size()) return Value();
+    return getitem(obj, Value::integer(i), at);
+  }
   return Value();  // attributes of other types are undefined (methods: see methods.h)
 }
 
