@@ -220,9 +220,10 @@ struct Bench {
     // measured page faults: ~0.3 decode steps here). The first repetition is a warm-up.
     // bytes: the weight bytes the pass reads at best (shared matrices once, the union of its
     // rows' experts once), from the warm-up's routing.
-    auto time_width = [&](int w, bool record, double* rollback, int64_t* bytes) {
+    auto time_width = [&](int w, bool record, double* rollback, int64_t* bytes,
+                          model::ForwardProfile* parts) {
       std::vector<double> ts, rb;
-      model::ForwardProfile prof;
+      model::ForwardProfile prof, timed;
       auto st = m.new_state();
       m.forward(st, prompt, {}, tc);
       const model::SequenceState snap = st.snapshot();
@@ -231,7 +232,7 @@ struct Bench {
         model::ForwardOptions fo;
         fo.all_logits = true;
         fo.record = record;
-        if (r < 0) fo.profile = &prof;
+        fo.profile = r < 0 ? &prof : &timed;
         const double t0 = now_seconds();
         m.forward(st, std::span<const int32_t>(rows).first(size_t(w)), fo, tc);
         const double t = now_seconds() - t0;
@@ -247,10 +248,11 @@ struct Bench {
       }
       if (rollback) *rollback = median(rb);
       if (bytes) *bytes = m.bytes_read(prof.experts_used);
+      if (parts) *parts = std::move(timed);
       return median(ts);
     };
     int64_t b1 = 0;
-    const double t1 = time_width(1, false, nullptr, &b1);
+    const double t1 = time_width(1, false, nullptr, &b1, nullptr);
     // The floor of width w in decode steps: its bytes over the 1-row step's, i.e. what the pass
     // would cost if every kernel ran at the 1-row step's bytes per second. With --membw the
     // floor at the measured read bandwidth as well.
@@ -265,7 +267,16 @@ struct Bench {
     for (int w = 1; w <= 8; ++w) {
       double rb = 0;
       int64_t bw_bytes = 0;
-      const double tw = time_width(w, true, &rb, &bw_bytes);
+      model::ForwardProfile parts;
+      const double tw = time_width(w, true, &rb, &bw_bytes, &parts);
+      // Mean seconds per pass in each part (the profile's timers sum over the timed passes).
+      const double n_pass = double(std::max<int64_t>(1, reps));
+      const nlohmann::json ms = {{"mamba", parts.mamba_s / n_pass * 1e3},
+                                 {"attention", parts.attention_s / n_pass * 1e3},
+                                 {"moe", parts.moe_s / n_pass * 1e3},
+                                 {"mlp", parts.mlp_s / n_pass * 1e3},
+                                 {"norms_embed", parts.norms_s / n_pass * 1e3},
+                                 {"lm_head", parts.lm_head_s / n_pass * 1e3}};
       const double floor = double(bw_bytes) / double(std::max<int64_t>(1, b1));
       nlohmann::json e = {{"width", w},
                           {"seconds", tw},
@@ -274,7 +285,8 @@ struct Bench {
                           {"floor_relative", floor},
                           {"over_floor", tw / t1 / floor},
                           {"rollback_s", rb},
-                          {"rollback_relative", rb / t1}};
+                          {"rollback_relative", rb / t1},
+                          {"part_ms", ms}};
       if (bw > 0) e["over_bandwidth_floor"] = tw / (double(bw_bytes) / 1e9 / bw);
       curve.push_back(e);
       if (!o.json) {
@@ -282,6 +294,10 @@ struct Bench {
                     tw * 1e3, tw / t1, floor, double(bw_bytes) / 1e9, tw / t1 / floor);
         if (bw > 0) std::printf("  %.2fx at %.1f GB/s", tw / (double(bw_bytes) / 1e9 / bw), bw);
         std::printf("   rollback %.3f ms (%.3fx)\n", rb * 1e3, rb / t1);
+        std::printf(
+            "              parts (ms): mamba %.1f, attention %.1f, moe %.1f, lm_head %.1f\n",
+            ms["mamba"].get<double>(), ms["attention"].get<double>(), ms["moe"].get<double>(),
+            ms["lm_head"].get<double>());
       }
     }
     j["decode_step_s"] = t1;

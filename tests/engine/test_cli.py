@@ -88,7 +88,9 @@ with tempfile.TemporaryDirectory() as d:
         # (the same rows plus more) reads at least the bytes of a narrower one.
         ok = j["spec"][0]["identical_to_plain"] and j["spec"][0]["acceptance_rate"] == 1.0 and \
             len(c) == 8 and c[0]["floor_relative"] == 1.0 and c[0]["bytes"] == j["decode_step_bytes"] and \
-            all(c[i]["bytes"] <= c[i + 1]["bytes"] for i in range(7)) and c[7]["bytes"] > c[0]["bytes"]
+            all(c[i]["bytes"] <= c[i + 1]["bytes"] for i in range(7)) and c[7]["bytes"] > c[0]["bytes"] and \
+            all(set(e["part_ms"]) == {"mamba", "attention", "moe", "mlp", "norms_embed", "lm_head"} and
+                0 < sum(e["part_ms"].values()) <= e["seconds"] * 1e3 * 1.5 for e in c)
     check("bench json", ok, bench.stdout[-500:] + bench.stderr)
 
     # Bad input: one clear message, exit 1.
