@@ -58,15 +58,6 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string tok;
-  while (std::getline(ss, tok, ','))
-    if (!tok.empty()) out.push_back(std::stoi(tok));
-  return out;
-}
-
 struct BenchOpts {
   std::string model, spec = "none", gammas = "1,2,3,4,5,6,7", kv_cache = "f32", draft;
   std::string concurrency, serve_spec = "none,auto";
@@ -335,7 +326,7 @@ struct Bench {
       std::string k;
       while (std::getline(ss, k, ',')) kinds.push_back(k);
     }
-    const std::vector<int> gammas = parse_list(o.gammas);
+    const std::vector<int> gammas = int_list(o.gammas);
     struct Total {
       speculative::SpecStats s;
       double secs = 0;
@@ -421,7 +412,7 @@ struct Bench {
   // Aggregate generated tok/s, time to first token p50/p99 (queueing included), rows per pass.
   void serving() {
     nlohmann::json runs = nlohmann::json::array();
-    std::vector<int> cs = parse_list(o.concurrency);
+    std::vector<int> cs = int_list(o.concurrency);
     std::vector<std::string> specs;
     std::stringstream ss(o.serve_spec);
     for (std::string t; std::getline(ss, t, ',');)
@@ -552,6 +543,7 @@ std::vector<Command> make_bench_command() {
          "draft-oracle | all (comma list)")
         ->capture_default_str();
     s->add_option("--gammas", bo->gammas, "Draft lengths to measure with --spec")
+        ->check(int_list_range(1, 15))
         ->capture_default_str();
     s->add_option("--draft", bo->draft,
                   "DFlash / DSpark drafter (directory or name in models/): --spec draft (the "
@@ -564,7 +556,8 @@ std::vector<Command> make_bench_command() {
         ->check(CLI::ExistingFile);
     s->add_option("--concurrency", bo->concurrency,
                   "Serving sweep: the scheduler with these many requests decoding together "
-                  "(comma list, e.g. 1,2,4,8,16)");
+                  "(comma list, e.g. 1,2,4,8,16)")
+        ->check(int_list_range(1, 256));
     s->add_option(
          "--serve-spec", bo->serve_spec,
          "Speculation modes of the serving sweep (comma list: none, auto, mtp, ngram, ...)")

