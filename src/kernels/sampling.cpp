@@ -1,18 +1,54 @@
 #include "kernels/sampling.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "base/error.h"
+#include "kernels/linear.h"
 
 namespace nemo::kernels {
 
-int32_t argmax(std::span<const float> logits) {
+// The first index whose logit beats every earlier one under `>` (ties to the lowest id; a NaN
+// never wins, and a NaN at index 0 is never beaten). The best value is kept in a register: a
+// loop that re-reads logits[best] makes the compiler's cmov a load-to-load dependency chain
+// (~4 ns per logit, 0.56 ms for 131072).
+int32_t argmax_ref(std::span<const float> x) {
+  if (x.empty()) return 0;
   int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[best]) best = int32_t(i);
+  float bv = x[0];
+  for (size_t i = 1; i < x.size(); ++i)
+    if (x[i] > bv) bv = x[i], best = int32_t(i);
   return best;
+}
+
+namespace {
+
+// The same result: a block of 8 where nothing beats the best so far cannot change it (one
+// vector compare); a block where something does is rescanned in order by the scalar rule.
+__attribute__((target("avx2"))) int32_t argmax_avx2(std::span<const float> x) {
+  if (x.empty()) return 0;
+  const size_t n = x.size();
+  int32_t best = 0;
+  float bv = x[0];
+  size_t i = 1;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x.data() + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(bv), _CMP_GT_OQ)) == 0) continue;
+    for (size_t j = i; j < i + 8; ++j)
+      if (x[j] > bv) bv = x[j], best = int32_t(j);
+  }
+  for (; i < n; ++i)
+    if (x[i] > bv) bv = x[i], best = int32_t(i);
+  return best;
+}
+
+}  // namespace
+
+int32_t argmax(std::span<const float> logits) {
+  return active_isa() >= Isa::Avx2 ? argmax_avx2(logits) : argmax_ref(logits);
 }
 
 Distribution sampling_distribution(std::span<const float> logits, const SamplingParams& p) {

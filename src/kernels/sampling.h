@@ -24,7 +24,10 @@ struct SamplingParams {
 // ascending id).
 using Distribution = std::vector<std::pair<int32_t, double>>;
 
+// Greedy: the lowest id among the largest logits (NaNs never win; ties to the lowest id). argmax
+// dispatches on the active ISA; argmax_ref is the scalar definition it must equal.
 int32_t argmax(std::span<const float> logits);
+int32_t argmax_ref(std::span<const float> logits);
 
 // The distribution the sampler draws from, after temperature / top-k / top-p / min-p. Greedy
 // params give the one-hot distribution of the argmax.

@@ -1,0 +1,76 @@
+// argmax: every ISA path returns what the scalar definition (argmax_ref) does, including ties,
+// NaNs, signed zeros, infinities and every tail length.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/linear.h"
+#include "kernels/sampling.h"
+
+using namespace nemo::kernels;
+
+namespace {
+
+struct IsaGuard {
+  Isa saved = active_isa();
+  ~IsaGuard() { set_active_isa(saved); }
+};
+
+// The definition written out independently: a NaN first logit is never beaten; otherwise the
+// first index holding the largest non-NaN value (-0 == +0, so the earlier zero wins).
+int32_t naive(const std::vector<float>& x) {
+  if (x.empty() || std::isnan(x[0])) return 0;
+  float m = -INFINITY;
+  for (float v : x)
+    if (!std::isnan(v)) m = std::max(m, v);
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i] == m) return int32_t(i);
+  return 0;
+}
+
+}  // namespace
+
+TEST(Argmax, EveryIsaEqualsTheScalarDefinition) {
+  IsaGuard guard;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = INFINITY;
+  std::mt19937 rng(7);
+  std::vector<std::vector<float>> cases = {{},
+                                           {nan},
+                                           {nan, 1.0f, 2.0f},
+                                           {1.0f, nan, 2.0f, nan},
+                                           {-0.0f, 0.0f},
+                                           {0.0f, -0.0f},
+                                           {3.0f, 3.0f, 3.0f},
+                                           {-inf, -inf},
+                                           {1.0f, inf, inf, 2.0f}};
+  for (size_t n : {1u, 7u, 8u, 9u, 15u, 16u, 17u, 31u, 33u, 1000u, 131072u}) {
+    std::vector<float> x(n);
+    std::normal_distribution<float> d;
+    for (auto& v : x) v = d(rng);
+    cases.push_back(x);
+    for (auto& v : x) v = float(int(rng() % 5));  // many ties
+    cases.push_back(x);
+    x.back() = 1e30f;  // the maximum in the tail
+    cases.push_back(x);
+    std::vector<float> asc(n);
+    for (size_t i = 0; i < n; ++i)
+      asc[i] = float(i) * ((i % 3 == 1) ? nan : 1.0f);  // NaNs mixed in
+    cases.push_back(asc);
+  }
+  int checked = 0;
+  for (Isa isa : {Isa::Reference, Isa::Avx2, Isa::Avx512}) {
+    if (isa > detected_isa()) continue;
+    set_active_isa(isa);
+    for (const auto& x : cases) {
+      const int32_t want = argmax_ref(x);
+      ASSERT_EQ(want, naive(x)) << "n " << x.size();
+      ASSERT_EQ(argmax(x), want) << "isa " << int(isa) << ", n " << x.size();
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, int(cases.size()));
+}
