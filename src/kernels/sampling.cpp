@@ -3,8 +3,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
-#include <numeric>
 
 #include "base/error.h"
 #include "kernels/linear.h"
@@ -55,19 +55,28 @@ Distribution sampling_distribution(std::span<const float> logits, const Sampling
   const size_t V = logits.size();
   if (V == 0) fail("sampling: empty logits");
   if (p.greedy()) return {{argmax(logits), 1.0}};
-  std::vector<int32_t> idx(V);
-  std::iota(idx.begin(), idx.end(), 0);
-  auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
-  };
+  // Candidates in descending logit, ties by ascending id, as one 64-bit key each: the logit's
+  // order-preserving bits (negated) above the id. Sorting plain integers is several times faster
+  // than an indirect comparator over 131072 logits, and it is a total order: NaN logits sort
+  // last (a comparator with `>` is no strict weak order with NaNs: undefined behaviour in
+  // std::sort). -0 and +0 are one key, so they tie by id, as `==` says.
+  std::vector<uint64_t> keys(V);
+  for (size_t i = 0; i < V; ++i) {
+    const float f = logits[i] == 0.0f ? 0.0f : logits[i];
+    uint32_t u = std::bit_cast<uint32_t>(f);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // ascending with f
+    if (std::isnan(f)) u = 0;                        // below -inf: last once negated
+    keys[i] = (uint64_t(~u) << 32) | uint64_t(i);
+  }
   size_t keep = V;
   if (p.top_k > 0 && size_t(p.top_k) < V) {
     keep = size_t(p.top_k);
-    std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(), by_logit);
+    std::partial_sort(keys.begin(), keys.begin() + keep, keys.end());
   } else {
-    std::sort(idx.begin(), idx.end(), by_logit);
+    std::sort(keys.begin(), keys.end());
   }
-  idx.resize(keep);
+  std::vector<int32_t> idx(keep);
+  for (size_t i = 0; i < keep; ++i) idx[i] = int32_t(keys[i] & 0xFFFFFFFFu);
   // Softmax in double over the kept candidates (largest first, so no overflow).
   Distribution d;
   d.reserve(keep);

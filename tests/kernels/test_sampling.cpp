@@ -74,3 +74,35 @@ TEST(Argmax, EveryIsaEqualsTheScalarDefinition) {
   }
   EXPECT_GE(checked, int(cases.size()));
 }
+
+// The candidates of a sampling distribution come in descending logit, ties (including -0 / +0)
+// by ascending id: the order of the comparator `a != b ? a > b : id_a < id_b`, which the keyed
+// sort replaced. NaN logits come last instead of breaking std::sort.
+TEST(SamplingDistribution, CandidateOrderIsLogitDescendingThenId) {
+  std::mt19937 rng(11);
+  for (int top_k : {0, 1, 40, 1000}) {
+    std::vector<float> x(5000);
+    for (auto& v : x) v = float(int(rng() % 200) - 100) * 0.25f;  // many ties
+    x[10] = -0.0f, x[11] = 0.0f, x[12] = -0.0f, x[13] = INFINITY, x[14] = -INFINITY;
+    std::vector<int32_t> want(x.size());
+    for (size_t i = 0; i < x.size(); ++i) want[i] = int32_t(i);
+    std::sort(want.begin(), want.end(),
+              [&](int32_t a, int32_t b) { return x[a] != x[b] ? x[a] > x[b] : a < b; });
+    if (top_k > 0) want.resize(size_t(top_k));
+    SamplingParams p;
+    p.temperature = 4.0f;  // keeps every candidate's probability above 0
+    p.top_k = top_k;
+    const Distribution d = sampling_distribution(x, p);
+    ASSERT_EQ(d.size(), want.size()) << "top_k " << top_k;
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(d[i].first, want[i]) << "rank " << i;
+  }
+  std::vector<float> y = {1.0f, NAN, 3.0f, NAN, 2.0f};
+  SamplingParams p;
+  p.temperature = 1.0f;
+  const Distribution d = sampling_distribution(y, p);
+  ASSERT_EQ(d.size(), 5u);
+  EXPECT_EQ(d[0].first, 2);
+  EXPECT_EQ(d[1].first, 4);
+  EXPECT_EQ(d[2].first, 0);
+  EXPECT_TRUE((d[3].first == 1 && d[4].first == 3)) << d[3].first << " " << d[4].first;
+}
