@@ -82,7 +82,9 @@ TEST(SamplingDistribution, CandidateOrderIsLogitDescendingThenId) {
   std::mt19937 rng(11);
   for (int top_k : {0, 1, 40, 1000}) {
     std::vector<float> x(5000);
-    for (auto& v : x) v = float(int(rng() % 200) - 100) * 0.25f;  // many ties
+    std::normal_distribution<float> nd(0.0f, 4.0f);
+    for (size_t i = 0; i < x.size(); ++i)  // every bit of the logit matters, and many ties
+      x[i] = i % 2 ? nd(rng) : float(int(rng() % 200) - 100) * 0.25f;
     x[10] = -0.0f, x[11] = 0.0f, x[12] = -0.0f, x[13] = INFINITY, x[14] = -INFINITY;
     std::vector<int32_t> want(x.size());
     for (size_t i = 0; i < x.size(); ++i) want[i] = int32_t(i);

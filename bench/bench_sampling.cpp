@@ -1,0 +1,42 @@
+// Sampler microbenchmarks over a Lightning-sized vocabulary (131072 logits, normal random):
+// greedy argmax and the full sampling distribution (temperature only, and with top-k 40).
+//   nemotron_microbench --benchmark_filter=Sampling
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/sampling.h"
+
+namespace {
+
+const std::vector<float>& logits() {
+  static const std::vector<float> v = [] {
+    std::vector<float> x(131072);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> d(0.0f, 3.0f);
+    for (auto& f : x) f = d(rng);
+    return x;
+  }();
+  return v;
+}
+
+void argmax(benchmark::State& st) {
+  for (auto _ : st) benchmark::DoNotOptimize(nemo::kernels::argmax(logits()));
+}
+
+void distribution(benchmark::State& st) {
+  nemo::kernels::SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = int(st.range(0));
+  for (auto _ : st) benchmark::DoNotOptimize(nemo::kernels::sampling_distribution(logits(), p));
+}
+
+}  // namespace
+
+BENCHMARK(argmax)->Name("Sampling_argmax_131072")->Unit(benchmark::kMicrosecond);
+BENCHMARK(distribution)
+    ->Name("Sampling_distribution_131072")
+    ->Arg(0)
+    ->Arg(40)
+    ->Unit(benchmark::kMicrosecond);
