@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -87,32 +88,38 @@ CLI::Validator threads_range() {
   return in_range(0, 1024);
 }
 
+namespace {
+// The items of a comma list that are integers in [lo, hi] (empty items skipped); the first item
+// that is not, as a message, in `err`.
+std::vector<int> parse_int_list(const std::string& s, int lo, int hi, std::string& err) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  for (std::string tok; std::getline(ss, tok, ',');) {
+    if (tok.empty()) continue;
+    int v = 0;
+    const auto [end, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
+    if (ec == std::errc() && end == tok.data() + tok.size() && v >= lo && v <= hi)
+      out.push_back(v);
+    else if (err.empty())
+      err = fmt::format("'{}' is not an integer in [{}, {}]", tok, lo, hi);
+  }
+  return out;
+}
+}  // namespace
+
 CLI::Validator int_list_range(int lo, int hi) {
   return CLI::Validator(
-      [lo, hi](std::string& in) -> std::string {
-        std::stringstream ss(in);
-        std::string tok;
-        while (std::getline(ss, tok, ',')) {
-          if (tok.empty()) continue;
-          int v = 0;
-          const auto [end, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
-          if (ec != std::errc() || end != tok.data() + tok.size() || v < lo || v > hi)
-            return fmt::format("'{}' is not an integer in [{}, {}]", tok, lo, hi);
-        }
-        return "";
+      [lo, hi](std::string& in) {
+        std::string err;
+        parse_int_list(in, lo, hi, err);
+        return err;
       },
       fmt::format("comma list of [{} .. {}]", lo, hi));
 }
 
 std::vector<int> int_list(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string tok;
-  while (std::getline(ss, tok, ','))
-    if (int v = 0;
-        !tok.empty() && std::from_chars(tok.data(), tok.data() + tok.size(), v).ec == std::errc())
-      out.push_back(v);
-  return out;
+  std::string unused;  // int_list_range has refused the list already if there was one
+  return parse_int_list(s, INT_MIN, INT_MAX, unused);
 }
 
 void GenerationFlags::add_to(CLI::App* s) {

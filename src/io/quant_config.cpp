@@ -108,7 +108,7 @@ int int_field(const json& v, const char* key, int dflt, const std::string& where
   return x.is_number_integer() ? int(x.get<int64_t>()) : int(x.get<double>());
 }
 
-// A string field of `v`, `dflt` when absent or null; any other type fails naming the field
+// A string field of `v`, empty when absent or null; any other type fails naming the field
 // (nlohmann's value() throws a type_error that names neither file nor key).
 std::string string_field(const json& v, const char* key, const std::string& where,
                          const std::string& file) {

@@ -11,6 +11,16 @@
 
 namespace nemo::kernels {
 
+namespace {
+
+// The rule itself, over x[i, end): a logit that beats the best so far under `>` replaces it.
+inline void scan(std::span<const float> x, size_t i, size_t end, int32_t& best, float& bv) {
+  for (; i < end; ++i)
+    if (x[i] > bv) bv = x[i], best = int32_t(i);
+}
+
+}  // namespace
+
 // The first index whose logit beats every earlier one under `>` (ties to the lowest id; a NaN
 // never wins, and a NaN at index 0 is never beaten). The best value is kept in a register: a
 // loop that re-reads logits[best] makes the compiler's cmov a load-to-load dependency chain
@@ -19,8 +29,7 @@ int32_t argmax_ref(std::span<const float> x) {
   if (x.empty()) return 0;
   int32_t best = 0;
   float bv = x[0];
-  for (size_t i = 1; i < x.size(); ++i)
-    if (x[i] > bv) bv = x[i], best = int32_t(i);
+  scan(x, 1, x.size(), best, bv);
   return best;
 }
 
@@ -36,12 +45,10 @@ __attribute__((target("avx2"))) int32_t argmax_avx2(std::span<const float> x) {
   size_t i = 1;
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x.data() + i);
-    if (_mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(bv), _CMP_GT_OQ)) == 0) continue;
-    for (size_t j = i; j < i + 8; ++j)
-      if (x[j] > bv) bv = x[j], best = int32_t(j);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(bv), _CMP_GT_OQ)) != 0)
+      scan(x, i, i + 8, best, bv);
   }
-  for (; i < n; ++i)
-    if (x[i] > bv) bv = x[i], best = int32_t(i);
+  scan(x, i, n, best, bv);
   return best;
 }
 
