@@ -42,7 +42,9 @@ Weights make(WeightFormat f, int64_t rows, int64_t cols) {
   switch (f) {
     case WeightFormat::NVFP4:
       fill(m.data, n / 2);
-      m.scales.assign(n / 16, 0x30);  // 0.5
+      // E4M3 0.0156-0.94 (codes 0x18-0x37): the blocks' scales differ, as in a checkpoint.
+      fill(m.scales, n / 16);
+      for (auto& b : m.scales) b = uint8_t(0x18 + b % 32);
       m.w.scale = 0.001f;
       m.w.group = 16;
       break;

@@ -237,6 +237,8 @@ void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x
 // the weights are read from memory once per output block however many rows share the pass.
 //
 // AVX-512 decoders add: __m512 decode16z(int64_t k) const   // w'[k..k+15]
+//                       optional __m512 decode16z_1(int64_t k) const  // the same values, for
+//                           tiles of 1-2 rows where another instruction mix measured faster
 //                       static constexpr int64_t kWideRows  // rows from which range_wide_z runs
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")
@@ -257,6 +259,14 @@ inline float finish_z(const D& d, __m512 acc, const float* xr, int64_t K16, int6
   return finish_lanes(acc, t, d.post());
 }
 
+template <int R, class D>
+inline __m512 decode_z(const D& d, int64_t k) {
+  if constexpr (R <= 2 && requires { d.decode16z_1(k); })
+    return d.decode16z_1(k);
+  else
+    return d.decode16z(k);
+}
+
 // R rows x O outputs [o, o+O). Accumulators are a fixed-size array indexed by compile-time
 // constants after unrolling, so they live in registers (R*O <= 16 of the 32 zmm).
 template <class D, int R, int O>
@@ -272,7 +282,7 @@ inline void tile_z(const PackedWeight& w, const float* x, int64_t xs, float* y, 
     if ((k & 63) == 0)
       for (int j = 0; j < O; ++j) d[j].prefetch(k, O);
     __m512 wv[O];
-    for (int j = 0; j < O; ++j) wv[j] = d[j].decode16z(k);
+    for (int j = 0; j < O; ++j) wv[j] = decode_z<R>(d[j], k);
     for (int r = 0; r < R; ++r) {
       const __m512 xv = _mm512_loadu_ps(x + r * xs + k);
       for (int j = 0; j < O; ++j) acc[r][j] = _mm512_fmadd_ps(wv[j], xv, acc[r][j]);
