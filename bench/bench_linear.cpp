@@ -84,14 +84,20 @@ Weights make(WeightFormat f, int64_t rows, int64_t cols) {
   return m;
 }
 
-void run(benchmark::State& st, WeightFormat f, int64_t rows, int64_t cols) {
-  const Weights m = make(f, rows, cols);
+void run(benchmark::State& st, WeightFormat f, int64_t rows, int64_t cols,
+         Arith arith = Arith::F32) {
+  Weights m = make(f, rows, cols);
+  m.w.arith = arith;
   const int64_t n = st.range(0);
   const ThreadConfig tc{int(st.range(1))};
   const Isa isa = Isa(st.range(2));
   if (isa > detected_isa()) return st.SkipWithError("ISA not available on this CPU");
   set_active_isa(isa);
-  st.SetLabel(isa_name(isa));
+  if (arith == Arith::F32)
+    st.SetLabel(isa_name(isa));
+  else  // the bf16 arithmetic has one SIMD kernel (AVX512_BF16); elsewhere the scalar reference
+    st.SetLabel(isa >= Isa::Avx512 && cpu_has_avx512_bf16() ? "avx512 bf16 (vdpbf16ps)"
+                                                            : "bf16 reference");
   // Activations and outputs 64-byte aligned, as the engine's buffers are (a std::vector's 16-byte
   // alignment splits every 64-byte activation load across two cache lines).
   nemo::Buffer<float> x(size_t(n * cols)), y(size_t(n * rows));
@@ -181,8 +187,22 @@ void args(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 
+// Arith::Bf16 where it has a kernel (AVX512_BF16): ISA 2 only, up to 8 rows.
+void args_bf16(benchmark::internal::Benchmark* b) {
+  for (int rows : {1, 2, 3, 4, 5, 8})
+    for (int threads : {1, 2}) b->Args({rows, threads, 2});
+  b->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(run, Linear_nvfp4_bf16_131072x2688, WeightFormat::NVFP4, 131072, 2688,
+                  Arith::Bf16)
+    ->Apply(args_bf16);
+BENCHMARK_CAPTURE(run, Linear_nvfp4_bf16_2688x1856, WeightFormat::NVFP4, 2688, 1856, Arith::Bf16)
+    ->Apply(args_bf16);
+BENCHMARK_CAPTURE(run, Linear_nvfp4_bf16_256x1856_L2, WeightFormat::NVFP4, 256, 1856, Arith::Bf16)
+    ->Apply(args_bf16);
 BENCHMARK_CAPTURE(run, Linear_nvfp4_2688x1856, WeightFormat::NVFP4, 2688, 1856)->Apply(args);
 BENCHMARK_CAPTURE(run, Linear_nvfp4_131072x2688, WeightFormat::NVFP4, 131072, 2688)->Apply(args);
 BENCHMARK_CAPTURE(run, Linear_fp8_10304x2688, WeightFormat::FP8_E4M3, 10304, 2688)->Apply(args);

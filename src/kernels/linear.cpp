@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 
 #include "base/error.h"
+#include "base/numeric.h"
 #include "kernels/linear_impl.h"
 #include "kernels/quantize.h"
 
@@ -61,6 +63,23 @@ const char* isa_name(Isa isa) {
   return "?";
 }
 
+const char* arith_name(Arith a) {
+  return a == Arith::Bf16 ? "bf16" : "f32";
+}
+
+float round_activation_bf16(float x) {
+  if (std::fabs(x) < 0x1p-100f) return 0.0f;
+  return bf16_to_f32(f32_to_bf16(x));
+}
+
+bool cpu_has_avx512_bf16() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return detected_isa() == Isa::Avx512 && __builtin_cpu_supports("avx512bf16");
+  }();
+  return has;
+}
+
 Isa detected_isa() {
   static const Isa isa = [] {
     __builtin_cpu_init();
@@ -101,7 +120,7 @@ void set_active_isa(Isa isa) {
 
 void linear_range(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
                   int64_t y_stride, int64_t o_begin, int64_t o_end, Isa isa) {
-  detail::select_range_fn(w.format, isa)(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  detail::select_range_fn(w, isa)(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 namespace {
@@ -116,7 +135,7 @@ void linear(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_str
             int64_t y_stride, const ThreadConfig& tc) {
   if (w.format == WeightFormat::FP8_E4M3 && w.input_scale > 0.0f)
     return linear_fp8_static(w, w.input_scale, x, n_rows, x_stride, y, y_stride, tc);
-  const detail::RangeFn fn = detail::select_range_fn(w.format, active_isa());
+  const detail::RangeFn fn = detail::select_range_fn(w, active_isa());
   parallel_for(tc, w.rows, output_grain(w, n_rows),
                [&](int64_t b, int64_t e) { fn(w, x, n_rows, x_stride, y, y_stride, b, e); });
 }
@@ -147,8 +166,7 @@ void linear_many(std::span<const LinearJob> jobs, const ThreadConfig& tc) {
       while (u >= start[j + 1]) ++j;
       const LinearJob& J = jobs[j];
       const int64_t o0 = (u - start[j]) * block[j], o1 = std::min(J.w->rows, o0 + block[j]);
-      detail::select_range_fn(J.w->format, isa)(*J.w, J.x, J.n_rows, J.x_stride, J.y, J.y_stride,
-                                                o0, o1);
+      detail::select_range_fn(*J.w, isa)(*J.w, J.x, J.n_rows, J.x_stride, J.y, J.y_stride, o0, o1);
     }
   });
 }
@@ -198,6 +216,15 @@ RangeFn select_range_fn(WeightFormat f, Isa isa) {
     default:
       fail("linear: weight format {} has no kernel", weight_format_name(f));
   }
+}
+
+RangeFn select_range_fn(const PackedWeight& w, Isa isa) {
+  if (w.arith == Arith::F32) return select_range_fn(w.format, isa);
+  if (w.format != WeightFormat::NVFP4)
+    fail("linear: bf16 activations are implemented for nvfp4 weights only, not {}",
+         weight_format_name(w.format));
+  return isa >= Isa::Avx512 && cpu_has_avx512_bf16() ? range_nvfp4_bf16_avx512
+                                                     : range_nvfp4_bf16_ref;
 }
 }  // namespace detail
 

@@ -26,6 +26,16 @@ enum class WeightFormat : uint8_t {
 };
 const char* weight_format_name(WeightFormat f);
 
+// The arithmetic of a product. F32: the activations as given (every format). Bf16: each
+// activation rounded to bf16 first (round_activation_bf16), as GPU W4A16 kernels take them, and
+// the sums in the order of linear_nvfp4.cpp's bf16 section (NVFP4 only; docs/FORMATS.md).
+enum class Arith : uint8_t { F32, Bf16 };
+const char* arith_name(Arith a);
+
+// Arith::Bf16's activation: f32 -> bf16 (round to nearest even) -> f32; |x| < 2^-100 becomes +0
+// (so no product or partial sum is ever subnormal); NaN stays NaN, infinities stay.
+float round_activation_bf16(float x);
+
 // A non-owning view of one [rows = out, cols = in] weight matrix in its stored layout.
 // Pointers may be unaligned (MLX safetensors files are not aligned).
 struct PackedWeight {
@@ -37,6 +47,7 @@ struct PackedWeight {
   float scale = 1.0f;            // NVFP4: weight_scale_2; FP8: weight_scale
   int64_t group = 0;             // AFFINE*: group size; NVFP4: 16
   float input_scale = 0.0f;      // FP8: > 0 emulates static W8A8 activation quantisation
+  Arith arith = Arith::F32;      // Bf16: NVFP4 only (linear() fails otherwise)
   int64_t bytes() const;         // resident bytes of data + scales + biases
 };
 
@@ -50,6 +61,9 @@ std::vector<Isa> available_isas();  // Reference .. detected_isa(), ascending (t
 Isa active_isa();
 void set_active_isa(Isa isa);  // for tests/benchmarks; clamps to what the CPU supports
 const char* isa_name(Isa isa);
+// AVX512_BF16 (VDPBF16PS): Arith::Bf16 runs its own kernel at Isa::Avx512 where the CPU has it,
+// the scalar reference otherwise.
+bool cpu_has_avx512_bf16();
 
 // y[r * y_stride + o] for r < n_rows, o < w.rows. Threads split o.
 void linear(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,

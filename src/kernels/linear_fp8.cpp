@@ -135,6 +135,8 @@ void linear_fp8_static(const PackedWeight& w, float input_scale, const float* x,
   NEMO_CHECK(w.format == WeightFormat::FP8_E4M3,
              "linear_fp8_static: weight format is {}, expected fp8_e4m3",
              weight_format_name(w.format));
+  NEMO_CHECK(w.arith == Arith::F32,
+             "linear_fp8_static: bf16 activations are not implemented for fp8");
   NEMO_CHECK(std::isfinite(input_scale) && input_scale > 0.0f,
              "linear_fp8_static: bad input_scale {}", input_scale);
   // Quantised activations are exact E4M3 values; the combined scale is one f32 product, as on GPU.

@@ -9,27 +9,44 @@ using RangeFn = void (*)(const PackedWeight& w, const float* x, int64_t n_rows, 
                          float* y, int64_t y_stride, int64_t o_begin, int64_t o_end);
 
 // Dense formats (linear_dense.cpp)
-void range_dense_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
-void range_dense_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
-void range_dense_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
+void range_dense_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,
+                     int64_t);
+void range_dense_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,
+                      int64_t);
+void range_dense_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
+                        int64_t, int64_t);
 void dequantize_row_dense(const PackedWeight& w, int64_t o, float* out);
 
 // Packed formats (linear_nvfp4.cpp, linear_fp8.cpp, linear_affine.cpp; canonical order in
 // linear_packed.h). AFFINE covers AFFINE4 and AFFINE8.
-void range_nvfp4_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
-void range_nvfp4_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
-void range_nvfp4_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
+void range_nvfp4_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,
+                     int64_t);
+void range_nvfp4_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,
+                      int64_t);
+void range_nvfp4_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
+                        int64_t, int64_t);
 void dequantize_row_nvfp4(const PackedWeight& w, int64_t o, float* out);
-void range_fp8_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
-void range_fp8_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
-void range_fp8_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
+void range_nvfp4_bf16_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
+                          int64_t, int64_t);
+void range_nvfp4_bf16_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
+                             int64_t, int64_t);
+void range_fp8_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,
+                   int64_t);
+void range_fp8_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,
+                    int64_t);
+void range_fp8_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,
+                      int64_t);
 void dequantize_row_fp8(const PackedWeight& w, int64_t o, float* out);
-void range_affine_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
-void range_affine_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
+void range_affine_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,
+                      int64_t);
+void range_affine_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
+                       int64_t, int64_t);
 void dequantize_row_affine(const PackedWeight& w, int64_t o, float* out);
 
 // Returns the kernel for (format, isa), falling back to the best available lower ISA.
 RangeFn select_range_fn(WeightFormat f, Isa isa);
+// The same for a weight, honouring its arithmetic (w.arith).
+RangeFn select_range_fn(const PackedWeight& w, Isa isa);
 
 // Fixed-order horizontal sum of 8 floats (lane 0..7): ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
 // Both the reference and SIMD code use this order so results agree where the math is exact.

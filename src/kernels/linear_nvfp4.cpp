@@ -7,9 +7,13 @@
 // and product has at most 6 significant bits and stays in the normal range, so all are exact.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
+#include <vector>
 
+#include "base/numeric.h"
 #include "kernels/fp8.h"
 #include "kernels/linear_packed.h"
 
@@ -171,6 +175,200 @@ void range_nvfp4_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int
                       float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
   packed::range_avx2<Nvfp4Avx2>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
+
+// ---- bf16 activations (Arith::Bf16) ----
+// The order, shared by the scalar reference and the AVX512_BF16 kernel:
+//   x~[k] = round_activation_bf16(x[k]); w'[k] = E2M1 * E4M3 as above (exact in bf16 as well).
+//   Each 32-weight chunk k0 < K32 = K - K % 32 (two scale blocks) is taken in the decoder's word
+//   order: word i (0..31) is element e(i) = 16 * ((i >> 2) & 1) + 4 * (i >> 3) + (i & 3). Lane
+//   l (0..15) holds words 2l and 2l + 1 and does, per chunk,
+//     acc[l] = fma(w'[k0 + e(2l+1)], x~[k0 + e(2l+1)], acc[l]);
+//     acc[l] = fma(w'[k0 + e(2l)],   x~[k0 + e(2l)],   acc[l]);
+//   which is VDPBF16PS (the odd product first, each sum rounded once, tools/bench/probe_dpbf16):
+//   bf16 x bf16 products are exact in f32, so one fused multiply-add is one half-step. Then
+//   v[l] = acc[l] + acc[l + 8], s = hsum8_fixed(v), t = an fma chain over [K32, K), and
+//   y = (s + t) * weight_scale_2.
+// |w'| >= 2^-10 and |x~| >= 2^-100 (or 0), so every product and partial sum is a multiple of
+// 2^-123: normal or zero, and the instruction's flushing of subnormals never applies.
+namespace {
+constexpr int bf16_word_element(int i) {
+  return 16 * ((i >> 2) & 1) + 4 * (i >> 3) + (i & 3);
+}
+
+}  // namespace
+
+void range_nvfp4_bf16_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                          float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
+  const int64_t K = w.cols, K32 = K - K % 32;
+  std::vector<float> xr(size_t(std::max<int64_t>(1, n_rows * K))),
+      wr(size_t(std::max<int64_t>(1, K)));
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int64_t k = 0; k < K; ++k)
+      xr[size_t(r * K + k)] = round_activation_bf16(x[r * x_stride + k]);
+  Nvfp4Ref d;
+  d.init(w);
+  for (int64_t o = o_begin; o < o_end; ++o) {
+    d.row(o);
+    for (int64_t k = 0; k < K; ++k) wr[size_t(k)] = d.at(k);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const float* xk = xr.data() + r * K;
+      float acc[16] = {};
+      for (int64_t k0 = 0; k0 < K32; k0 += 32)
+        for (int l = 0; l < 16; ++l) {
+          const int64_t odd = k0 + bf16_word_element(2 * l + 1),
+                        even = k0 + bf16_word_element(2 * l);
+          acc[l] = std::fma(wr[size_t(odd)], xk[odd], acc[l]);
+          acc[l] = std::fma(wr[size_t(even)], xk[even], acc[l]);
+        }
+      float v[8];
+      for (int l = 0; l < 8; ++l) v[l] = acc[l] + acc[l + 8];
+      float t = 0.0f;
+      for (int64_t k = K32; k < K; ++k) t = std::fma(wr[size_t(k)], xk[k], t);
+      y[r * y_stride + o] = (hsum8_fixed(v) + t) * d.post();
+    }
+  }
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c")
+
+namespace {
+
+// Row s = the 16 kernel weights of kProducts as bf16 (exact): 8 KB, two rows per 64-byte line.
+alignas(64) constexpr std::array<uint16_t, 256 * 16> kProductsBf16 = [] {
+  std::array<uint16_t, 256 * 16> a{};
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = uint16_t(std::bit_cast<uint32_t>(kProducts[i]) >> 16);
+  return a;
+}();
+
+// The 32 weights of the chunk at k0 of one output row, in word order: the 16 code bytes are
+// broadcast per 128 bits, so qword j holds block j & 1; VPMULTISHIFTQB puts nibble
+// 4 * (j >> 1) + i in the low byte of word i of qword j, VPTERNLOGD keeps its 4 bits and sets bit
+// 4 in the odd qwords, and VPERMW looks the 5-bit index up in the two blocks' product rows.
+inline __m512i decode32_bf16(const uint8_t* codes, const uint8_t* scales) {
+  const __m512i ctrl = _mm512_set_epi64(0x003C003800340030, 0x003C003800340030, 0x002C002800240020,
+                                        0x002C002800240020, 0x001C001800140010, 0x001C001800140010,
+                                        0x000C000800040000, 0x000C000800040000);
+  const __m512i block1 = _mm512_set_epi64(0x0010001000100010, 0, 0x0010001000100010, 0,
+                                          0x0010001000100010, 0, 0x0010001000100010, 0);
+  const __m512i q =
+      _mm512_maskz_broadcast_i64x2(0xFF, _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  const __m512i idx = _mm512_ternarylogic_epi32(
+      _mm512_maskz_multishift_epi64_epi8(~__mmask64(0), ctrl, q), _mm512_set1_epi16(0x0F), block1,
+      0xEA);  // (a & b) | c
+  const __m512i table = _mm512_mask_broadcast_i64x4(
+      _mm512_maskz_broadcast_i64x4(0xFF, _mm256_load_si256(reinterpret_cast<const __m256i*>(
+                                             kProductsBf16.data() + 16 * scales[0]))),
+      0xF0,
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(kProductsBf16.data() + 16 * scales[1])));
+  return _mm512_permutexvar_epi16(idx, table);
+}
+
+// round_row_bf16 with VCVTNE2PS2BF16 (nearest even; the inputs it would flush as subnormal are
+// below 2^-100 and zeroed first) and one VPERMW into word order.
+inline void round_row_bf16_avx512(const float* x, int64_t K, uint16_t* words, float* tail) {
+  alignas(64) static constexpr std::array<uint16_t, 32> order = [] {
+    std::array<uint16_t, 32> a{};
+    for (int i = 0; i < 32; ++i) a[size_t(i)] = uint16_t(bf16_word_element(i));
+    return a;
+  }();
+  const __m512i perm = _mm512_load_si512(order.data());
+  const __m512 tiny = _mm512_set1_ps(0x1p-100f);
+  const int64_t K32 = K - K % 32;
+  for (int64_t k0 = 0; k0 < K32; k0 += 32) {
+    __m512 a = _mm512_loadu_ps(x + k0), b = _mm512_loadu_ps(x + k0 + 16);
+    a = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(a), tiny, _CMP_NLT_UQ), a);
+    b = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(b), tiny, _CMP_NLT_UQ), b);
+    const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // words 0-15 = a, 16-31 = b
+    _mm512_storeu_si512(words + k0, _mm512_permutexvar_epi16(perm, h));
+  }
+  for (int64_t k = K32; k < K; ++k) tail[k - K32] = round_activation_bf16(x[k]);
+}
+
+// R rows (x~ in word order, stride K) x O outputs [o, o + O). The accumulators leave the
+// registers only once, through `lanes` (indexing them in the finishing loop spilled them on
+// every iteration of the main loop).
+template <int R, int O>
+inline void tile_bf16(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
+                      int64_t ys, int64_t o) {
+  const int64_t K = w.cols, K32 = K - K % 32;
+  const uint8_t* cp[O];
+  const uint8_t* sp[O];
+  for (int j = 0; j < O; ++j) {
+    cp[j] = static_cast<const uint8_t*>(w.data) + (o + j) * (K / 2);
+    sp[j] = static_cast<const uint8_t*>(w.scales) + (o + j) * (K / 16);
+  }
+  __m512 acc[R][O];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t k0 = 0; k0 < K32; k0 += 32) {
+    if ((k0 & 127) == 0)
+      for (int j = 0; j < O; ++j)
+        _mm_prefetch(reinterpret_cast<const char*>(cp[j] + O * (K / 2) + k0 / 2), _MM_HINT_T0);
+    __m512i wv[O];
+    for (int j = 0; j < O; ++j) wv[j] = decode32_bf16(cp[j] + k0 / 2, sp[j] + k0 / 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512i xv = _mm512_loadu_si512(xw + r * K + k0);
+      for (int j = 0; j < O; ++j)
+        acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)wv[j], (__m512bh)xv);
+    }
+  }
+  alignas(64) float lanes[R][O][16];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < O; ++j) _mm512_store_ps(lanes[r][j], acc[r][j]);
+  Nvfp4Ref d;
+  d.init(w);
+  for (int j = 0; j < O; ++j) {
+    d.row(o + j);
+    for (int r = 0; r < R; ++r) {
+      float t = 0.0f;
+      for (int64_t k = K32; k < K; ++k) t = std::fma(d.at(k), xt[r * (K - K32) + (k - K32)], t);
+      float v[8];
+      for (int l = 0; l < 8; ++l) v[l] = lanes[r][j][l] + lanes[r][j][l + 8];
+      y[r * ys + o + j] = (hsum8_fixed(v) + t) * d.post();
+    }
+  }
+}
+
+template <int R>
+inline void rows_bf16(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
+                      int64_t ys, int64_t o_begin, int64_t o_end) {
+  int64_t o = o_begin;
+  for (; o + 4 <= o_end; o += 4) tile_bf16<R, 4>(w, xw, xt, y, ys, o);
+  for (; o < o_end; ++o) tile_bf16<R, 1>(w, xw, xt, y, ys, o);
+}
+
+}  // namespace
+
+// Rows in groups of 4 over output blocks of ~64 KB of packed weights (read from memory once).
+void range_nvfp4_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_rows,
+                             int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
+                             int64_t o_end) {
+  if (n_rows <= 0 || o_begin >= o_end) return;
+  const int64_t K = w.cols, K32 = K - K % 32;
+  std::vector<uint16_t> xw(size_t(std::max<int64_t>(1, n_rows * K)));
+  std::vector<float> xt(size_t(std::max<int64_t>(1, n_rows * (K - K32))));
+  for (int64_t r = 0; r < n_rows; ++r)
+    round_row_bf16_avx512(x + r * x_stride, K, xw.data() + r * K, xt.data() + r * (K - K32));
+  const int64_t ob =
+      n_rows <= 4
+          ? o_end - o_begin
+          : std::clamp<int64_t>((64 * 1024) / std::max<int64_t>(1, K / 2 + K / 16), 4, 1024) &
+                ~int64_t(3);
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
+    const int64_t o1 = std::min(o_end, o0 + ob);
+    for (int64_t r = 0; r < n_rows; r += 4) {
+      const uint16_t* xr = xw.data() + r * K;
+      const float* tr = xt.data() + r * (K - K32);
+      float* yr = y + r * y_stride;
+      packed::with_row_tile(n_rows - r,
+                            [&]<int R>() { rows_bf16<R>(w, xr, tr, yr, y_stride, o0, o1); });
+    }
+  }
+}
+
+#pragma GCC pop_options
 
 // Spec order (ModelOpt / vLLM): s = E4M3 * weight_scale_2 (one f32 rounding), w = E2M1 * s.
 void dequantize_row_nvfp4(const PackedWeight& w, int64_t o, float* out) {

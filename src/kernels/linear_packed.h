@@ -243,6 +243,21 @@ void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")
 
+// Calls f.template operator()<R>() with R = min(4, rows): a row tile's size as a constant.
+template <class F>
+inline void with_row_tile(int64_t rows, F&& f) {
+  switch (std::min<int64_t>(4, rows)) {
+    case 1:
+      return f.template operator()<1>();
+    case 2:
+      return f.template operator()<2>();
+    case 3:
+      return f.template operator()<3>();
+    default:
+      return f.template operator()<4>();
+  }
+}
+
 // (r, o) finish from the 16 lanes and the tail sum t: v = low half + high half, hsum8_fixed,
 // + t, * post (the canonical sequence).
 inline float finish_lanes(__m512 acc, float t, float post) {
@@ -360,19 +375,7 @@ void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
         for (int64_t j = 0; j < n4; j += 4) {
           const float* wr = buf.get() + j * K;
           float* a = acc.get() + (g * (kWideOut / 4) + j / 4) * 256;
-          switch (std::min<int64_t>(4, n_rows - 4 * g)) {
-            case 1:
-              tile_f32z<1>(wr, K, k0, k1, xr, xs, a);
-              break;
-            case 2:
-              tile_f32z<2>(wr, K, k0, k1, xr, xs, a);
-              break;
-            case 3:
-              tile_f32z<3>(wr, K, k0, k1, xr, xs, a);
-              break;
-            default:
-              tile_f32z<4>(wr, K, k0, k1, xr, xs, a);
-          }
+          with_row_tile(n_rows - 4 * g, [&]<int R>() { tile_f32z<R>(wr, K, k0, k1, xr, xs, a); });
         }
       }
     }
@@ -404,16 +407,7 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
   const auto rows = [&](int64_t r0, int64_t o0, int64_t o1) {
     const float* xr = x + r0 * xs;
     float* yr = y + r0 * ys;
-    switch (std::min<int64_t>(4, n_rows - r0)) {
-      case 1:
-        return rows_z<D, 1>(w, xr, xs, yr, ys, o0, o1);
-      case 2:
-        return rows_z<D, 2>(w, xr, xs, yr, ys, o0, o1);
-      case 3:
-        return rows_z<D, 3>(w, xr, xs, yr, ys, o0, o1);
-      default:
-        return rows_z<D, 4>(w, xr, xs, yr, ys, o0, o1);
-    }
+    with_row_tile(n_rows - r0, [&]<int R>() { rows_z<D, R>(w, xr, xs, yr, ys, o0, o1); });
   };
   if (n_rows <= 4) return rows(0, o_begin, o_end);
   if (n_rows >= D::kWideRows) return range_wide_z<D>(w, x, n_rows, xs, y, ys, o_begin, o_end);
