@@ -194,7 +194,6 @@ namespace {
 constexpr int bf16_word_element(int i) {
   return 16 * ((i >> 2) & 1) + 4 * (i >> 3) + (i & 3);
 }
-
 }  // namespace
 
 void range_nvfp4_bf16_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
@@ -265,8 +264,9 @@ inline __m512i decode32_bf16(const uint8_t* codes, const uint8_t* scales) {
   return _mm512_permutexvar_epi16(idx, table);
 }
 
-// round_row_bf16 with VCVTNE2PS2BF16 (nearest even; the inputs it would flush as subnormal are
-// below 2^-100 and zeroed first) and one VPERMW into word order.
+// x~ of one row (round_activation_bf16 of each element): the chunks as bf16 in word order, by
+// VCVTNE2PS2BF16 (nearest even; what it would flush as subnormal is below 2^-100 and zeroed
+// first) and one VPERMW per chunk, then the tail as f32 in k order.
 inline void round_row_bf16_avx512(const float* x, int64_t K, uint16_t* words, float* tail) {
   alignas(64) static constexpr std::array<uint16_t, 32> order = [] {
     std::array<uint16_t, 32> a{};
