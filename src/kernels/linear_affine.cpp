@@ -61,14 +61,18 @@ struct AffineRef {
 // odd-element codes in each lane; a shuffle then zero-extends each code into its element's
 // dword, which converts exactly. Constants are literals so a tile's decoders share registers.
 // Shuffle control placing source byte `s` in the low byte of a dword (other bytes zeroed).
-constexpr int low(int s) { return int(0xFFFFFF00u | unsigned(s)); }
+constexpr int low(int s) {
+  return int(0xFFFFFF00u | unsigned(s));
+}
 
 template <int BITS>
 struct AffineAvx2 : AffineRef<BITS> {
   __m256 s{}, b{};
 
   void prefetch(int64_t k, int64_t ahead) const {
-    _mm_prefetch(reinterpret_cast<const char*>(this->rd + ahead * (this->K * BITS / 8) + k * BITS / 8), _MM_HINT_T0);
+    _mm_prefetch(
+        reinterpret_cast<const char*>(this->rd + ahead * (this->K * BITS / 8) + k * BITS / 8),
+        _MM_HINT_T0);
     if ((k & (this->G * 16 - 1)) == 0) {
       const int64_t g = ahead * this->n_groups + k / this->G;
       _mm_prefetch(reinterpret_cast<const char*>(this->rs + 2 * g), _MM_HINT_T0);
@@ -87,11 +91,14 @@ struct AffineAvx2 : AffineRef<BITS> {
       c = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(q), _mm256_setr_epi64x(0, 4, 0, 4)),
                            _mm256_set1_epi8(0x0F));
       place0 = _mm256_setr_epi32(low(0), low(8), low(1), low(9), low(2), low(10), low(3), low(11));
-      place1 = _mm256_setr_epi32(low(4), low(12), low(5), low(13), low(6), low(14), low(7), low(15));
+      place1 =
+          _mm256_setr_epi32(low(4), low(12), low(5), low(13), low(6), low(14), low(7), low(15));
     } else {
-      c = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(this->rd + k)));
+      c = _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(this->rd + k)));
       place0 = _mm256_setr_epi32(low(0), low(1), low(2), low(3), low(4), low(5), low(6), low(7));
-      place1 = _mm256_setr_epi32(low(8), low(9), low(10), low(11), low(12), low(13), low(14), low(15));
+      place1 =
+          _mm256_setr_epi32(low(8), low(9), low(10), low(11), low(12), low(13), low(14), low(15));
     }
     w0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(c, place0)), s, b);
     w1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(c, place1)), s, b);
@@ -102,16 +109,16 @@ struct AffineAvx2 : AffineRef<BITS> {
 
 }  // namespace
 
-void range_affine_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
-                      int64_t y_stride, int64_t o_begin, int64_t o_end) {
+void range_affine_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                      float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
   if (w.format == WeightFormat::AFFINE4)
     packed::range_ref<AffineRef<4>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
   else
     packed::range_ref<AffineRef<8>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
-void range_affine_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
-                       int64_t y_stride, int64_t o_begin, int64_t o_end) {
+void range_affine_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                       float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
   if (w.format == WeightFormat::AFFINE4)
     packed::range_avx2<AffineAvx2<4>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
   else

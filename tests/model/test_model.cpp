@@ -409,7 +409,9 @@ TEST(ModelBytes, PassReadsSharedWeightsOnceAndTheUnionOfExperts) {
     }
     EXPECT_EQ(moe_layers, n_moe);
     EXPECT_EQ(m.bytes_read(prof.experts_used), b0 + used * per_expert) << rows << " rows";
-    if (rows > 1) EXPECT_GT(used, n_moe * c.num_experts_per_tok);  // the union grew
+    if (rows > 1) {
+      EXPECT_GT(used, n_moe * c.num_experts_per_tok);  // the union grew
+    }
   }
 }
 
