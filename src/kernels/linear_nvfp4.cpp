@@ -288,7 +288,7 @@ inline void round_row_bf16_avx512(const float* x, int64_t K, uint16_t* words, fl
 
 // R rows (x~ in word order, stride K) x O outputs [o, o + O). The accumulators leave the
 // registers only once, through `lanes` (indexing them in the finishing loop spilled them on
-// every iteration of the main loop).
+// every iteration of the main loop); each finishes as the f32 kernels' (finish_lanes).
 template <int R, int O>
 inline void tile_bf16(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
                       int64_t ys, int64_t o) {
@@ -324,9 +324,7 @@ inline void tile_bf16(const PackedWeight& w, const uint16_t* xw, const float* xt
     for (int r = 0; r < R; ++r) {
       float t = 0.0f;
       for (int64_t k = K32; k < K; ++k) t = std::fma(d.at(k), xt[r * (K - K32) + (k - K32)], t);
-      float v[8];
-      for (int l = 0; l < 8; ++l) v[l] = lanes[r][j][l] + lanes[r][j][l + 8];
-      y[r * ys + o + j] = (hsum8_fixed(v) + t) * d.post();
+      y[r * ys + o + j] = packed::finish_lanes(_mm512_load_ps(lanes[r][j]), t, d.post());
     }
   }
 }
@@ -351,11 +349,7 @@ void range_nvfp4_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_ro
   std::vector<float> xt(size_t(std::max<int64_t>(1, n_rows * (K - K32))));
   for (int64_t r = 0; r < n_rows; ++r)
     round_row_bf16_avx512(x + r * x_stride, K, xw.data() + r * K, xt.data() + r * (K - K32));
-  const int64_t ob =
-      n_rows <= 4
-          ? o_end - o_begin
-          : std::clamp<int64_t>((64 * 1024) / std::max<int64_t>(1, K / 2 + K / 16), 4, 1024) &
-                ~int64_t(3);
+  const int64_t ob = n_rows <= 4 ? o_end - o_begin : packed::swept_block_outputs(w);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
     const int64_t o1 = std::min(o_end, o0 + ob);
     for (int64_t r = 0; r < n_rows; r += 4) {

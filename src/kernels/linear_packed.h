@@ -258,6 +258,13 @@ inline void with_row_tile(int64_t rows, F&& f) {
   }
 }
 
+// Outputs per block when several 4-row groups sweep the same weights: ~64 KB of packed
+// weights, so the block stays in L2 while every group passes over it.
+inline int64_t swept_block_outputs(const PackedWeight& w) {
+  const int64_t row_bytes = std::max<int64_t>(1, w.bytes() / std::max<int64_t>(1, w.rows));
+  return std::clamp<int64_t>((64 * 1024) / row_bytes, 4, 1024) & ~int64_t(3);
+}
+
 // (r, o) finish from the 16 lanes and the tail sum t: v = low half + high half, hsum8_fixed,
 // + t, * post (the canonical sequence).
 inline float finish_lanes(__m512 acc, float t, float post) {
@@ -411,8 +418,7 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
   };
   if (n_rows <= 4) return rows(0, o_begin, o_end);
   if (n_rows >= D::kWideRows) return range_wide_z<D>(w, x, n_rows, xs, y, ys, o_begin, o_end);
-  const int64_t row_bytes = std::max<int64_t>(1, w.bytes() / std::max<int64_t>(1, w.rows));
-  const int64_t ob = std::clamp<int64_t>((64 * 1024) / row_bytes, 4, 1024) & ~int64_t(3);
+  const int64_t ob = swept_block_outputs(w);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
     const int64_t o1 = std::min(o_end, o0 + ob);
     for (int64_t r = 0; r < n_rows; r += 4) rows(r, o0, o1);
