@@ -59,7 +59,8 @@ double median(std::vector<double> v) {
 }
 
 struct BenchOpts {
-  std::string model, spec = "none", gammas = "1,2,3,4,5,6,7", kv_cache = "f32", draft;
+  std::string model, spec = "none", gammas = "1,2,3,4,5,6,7", kv_cache = "f32", draft,
+                     arith = "f32";
   std::string concurrency, serve_spec = "none,auto";
   std::vector<std::string> prompt_files;
   int64_t prompt = 128, gen = 32;
@@ -178,8 +179,8 @@ struct Bench {
     const auto& cfg = m.config();
     std::printf("model      %s (%zu layers: %s)\n", j["model"].get<std::string>().c_str(),
                 cfg.layers.size(), cfg.pattern().c_str());
-    std::printf("threads    %d (%s kernels)\n", tc.n_threads,
-                kernels::isa_name(kernels::active_isa()));
+    std::printf("threads    %d (%s kernels; NVFP4 arithmetic %s)\n", tc.n_threads,
+                kernels::isa_name(kernels::active_isa()), o.arith.c_str());
     std::printf("prefill    %lld tokens: %.2f tok/s\n", (long long)prompt.size(), pf_tps);
     std::printf("decode     %lld tokens: %.2f tok/s (%.3f GB of weights per token -> %.1f GB/s)\n",
                 (long long)o.gen, decode_tok_s, dec_gb, dec_gb * decode_tok_s);
@@ -530,6 +531,7 @@ std::vector<Command> make_bench_command() {
     s->add_flag("--json", bo->json, "Machine-readable output");
     s->add_option("--kv-cache", bo->kv_cache, "KV-cache storage: f32 | bf16 | fp8")
         ->capture_default_str();
+    add_arith_option(s, bo->arith);
     s->add_flag("--membw", bo->membw, "Also measure memory read bandwidth (roofline)");
     s->add_flag("--no-mmap", bo->no_mmap,
                 "Read the checkpoint into memory at load instead of mapping it (the time is in "
@@ -571,8 +573,9 @@ std::vector<Command> make_bench_command() {
     auto dir = resolve_model_dir(bo->model);
     const double rss_before_load = double(current_rss_bytes()) / 1e6;
     const double tl = now_seconds();
-    auto m = model::NemotronH::load(
-        dir->path, {.kv_dtype = model::parse_kv_dtype(bo->kv_cache), .no_mmap = bo->no_mmap});
+    auto m = model::NemotronH::load(dir->path, {.kv_dtype = model::parse_kv_dtype(bo->kv_cache),
+                                                .no_mmap = bo->no_mmap,
+                                                .nvfp4_arith = arith_of(bo->arith)});
     const double load_s = now_seconds() - tl;
     std::unique_ptr<model::DFlashModel> draft;
     if (!bo->draft.empty()) draft = model::DFlashModel::load(resolve_draft_dir(bo->draft), *m);
@@ -593,9 +596,13 @@ std::vector<Command> make_bench_command() {
       }
       b.prompt = b.prompts[0];
     }
-    b.j = {{"model", dir->path},        {"layers", m->config().pattern()},
-           {"threads", b.tc.n_threads}, {"isa", kernels::isa_name(kernels::active_isa())},
-           {"load_s", load_s},          {"rss_before_load_mb", rss_before_load}};
+    b.j = {{"model", dir->path},
+           {"layers", m->config().pattern()},
+           {"threads", b.tc.n_threads},
+           {"isa", kernels::isa_name(kernels::active_isa())},
+           {"arith", bo->arith},
+           {"load_s", load_s},
+           {"rss_before_load_mb", rss_before_load}};
     // Steady state, as in a server that has run a while (and as llama-bench's warm-up, which runs
     // every expert): every page of the checkpoint mapped before anything is timed.
     if (!bo->cold && !bo->no_mmap) {  // --no-mmap: every page was written at load

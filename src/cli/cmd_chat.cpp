@@ -30,10 +30,12 @@ std::vector<Command> make_chat_command() {
   o->g.max_tokens = 512;
   std::vector<Command> v(1);
   v[0].attach_fn = [o, sub = v[0].sub](CLI::App& app) {
-    auto* s = app.add_subcommand("chat", "Chat with the model (its tokenizer.json and chat template)");
+    auto* s =
+        app.add_subcommand("chat", "Chat with the model (its tokenizer.json and chat template)");
     o->g.add_to(s);
     s->add_option("--system", o->system, "System prompt");
-    s->add_option("--message", o->message, "Send one message, print the reply and exit (no prompt loop)");
+    s->add_option("--message", o->message,
+                  "Send one message, print the reply and exit (no prompt loop)");
     s->add_flag("--no-think", o->no_think, "enable_thinking = false in the chat template");
     s->add_flag("--show-reasoning", o->show_reasoning, "Print the reasoning (<think>) text too");
     s->add_flag("--stats", o->stats, "Print speed and speculation figures after each reply");
@@ -42,15 +44,16 @@ std::vector<Command> make_chat_command() {
   v[0].run = [o]() {
     const GenerationFlags& f = o->g;
     auto dir = resolve_model_dir(f.model);
-    auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = f.fp8_static,
-                                                .kv_dtype = model::parse_kv_dtype(f.kv_cache),
-                                                .no_mmap = f.no_mmap});
+    auto m = model::NemotronH::load(dir->path, f.load_options());
     if (!std::filesystem::exists(std::filesystem::path(dir->path) / "tokenizer.json"))
       fail("{}: chat needs tokenizer.json (use `run --ids` for token-level generation)", dir->path);
     const text::Tokenizer tok = text::Tokenizer::from_dir(dir->path);
     const auto src = text::load_chat_template(dir->path);
-    if (!src) fail("{}: no chat template (chat_template.jinja or tokenizer_config.json chat_template)", dir->path);
-    const text::ChatTemplate tmpl(*src, (std::filesystem::path(dir->path) / "chat_template.jinja").string());
+    if (!src)
+      fail("{}: no chat template (chat_template.jinja or tokenizer_config.json chat_template)",
+           dir->path);
+    const text::ChatTemplate tmpl(
+        *src, (std::filesystem::path(dir->path) / "chat_template.jinja").string());
     const auto draft = f.load_draft(*m, *dir);
     // The serving scheduler, one request at a time: its prefix cache lets each turn resume from
     // the previous turns' prompt instead of prefilling the whole conversation again (exactly).
@@ -121,13 +124,14 @@ std::vector<Command> make_chat_command() {
       messages.push_back(reply);
       if (o->stats) {
         const double decode_s = stats.total_s - stats.ttft_s;
-        std::fprintf(stderr,
-                     "[%lld prompt tokens (%lld from the prefix cache), %lld generated, %.2f tok/s; "
-                     "%s]\n",
-                     (long long)stats.prompt_tokens, (long long)stats.cached_tokens,
-                     (long long)stats.completion_tokens,
-                     decode_s > 0 ? double(stats.completion_tokens - 1) / decode_s : 0.0,
-                     engine::spec_mode_name(sched.default_spec()));
+        std::fprintf(
+            stderr,
+            "[%lld prompt tokens (%lld from the prefix cache), %lld generated, %.2f tok/s; "
+            "%s]\n",
+            (long long)stats.prompt_tokens, (long long)stats.cached_tokens,
+            (long long)stats.completion_tokens,
+            decode_s > 0 ? double(stats.completion_tokens - 1) / decode_s : 0.0,
+            engine::spec_mode_name(sched.default_spec()));
       }
     };
     if (!o->message.empty()) {

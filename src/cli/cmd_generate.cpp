@@ -28,7 +28,9 @@ namespace nemo::cli {
 
 namespace {
 
-ThreadConfig threads_of(int n) { return ThreadConfig{n > 0 ? n : default_thread_count()}; }
+ThreadConfig threads_of(int n) {
+  return ThreadConfig{n > 0 ? n : default_thread_count()};
+}
 
 // Decode speed: tokens after the first (which the prefill decides) over the decode time.
 double decode_tok_s(const engine::GenerateStats& s) {
@@ -40,12 +42,13 @@ double decode_tok_s(const engine::GenerateStats& s) {
 // `run --vs-plain`: the same request decoded again without speculation, side by side. Greedy
 // speculation promises the plain tokens bit for bit; sampled speculation promises the plain
 // distribution, not the same draws, so only the speed is compared then.
-int compare_with_plain(const model::NemotronH& m, ThreadConfig tc, const engine::GenerateRequest& req,
-                       const engine::Generator& spec_gen, const engine::GenerateStats& spec,
-                       const std::vector<int32_t>& spec_tokens) {
+int compare_with_plain(const model::NemotronH& m, ThreadConfig tc,
+                       const engine::GenerateRequest& req, const engine::Generator& spec_gen,
+                       const engine::GenerateStats& spec, const std::vector<int32_t>& spec_tokens) {
   const char* mode = engine::spec_mode_name(spec_gen.mode());
   if (spec_gen.mode() == engine::SpecMode::None) {
-    std::fprintf(stderr, "--vs-plain: no speculation was used (--spec none, or nothing to draft with)\n");
+    std::fprintf(stderr,
+                 "--vs-plain: no speculation was used (--spec none, or nothing to draft with)\n");
     return 0;
   }
   engine::Generator plain(m, tc, engine::SpecMode::None);
@@ -55,17 +58,22 @@ int compare_with_plain(const model::NemotronH& m, ThreadConfig tc, const engine:
     return true;
   });
   const double spec_tps = decode_tok_s(spec), plain_tps = decode_tok_s(p);
-  std::fprintf(stderr, "speculation %s (draft-max %d): accept length %.2f, %.0f%% of drafts accepted; %.1f tok/s vs "
-                       "%.1f tok/s plain: %.2fx\n",
-               mode, spec_gen.draft_max(), spec.spec.mean_accept_length(), 100.0 * spec.spec.acceptance_rate(),
-               spec_tps, plain_tps, plain_tps > 0 ? spec_tps / plain_tps : 0.0);
+  std::fprintf(
+      stderr,
+      "speculation %s (draft-max %d): accept length %.2f, %.0f%% of drafts accepted; %.1f tok/s vs "
+      "%.1f tok/s plain: %.2fx\n",
+      mode, spec_gen.draft_max(), spec.spec.mean_accept_length(),
+      100.0 * spec.spec.acceptance_rate(), spec_tps, plain_tps,
+      plain_tps > 0 ? spec_tps / plain_tps : 0.0);
   if (!req.sampling.greedy()) {
-    std::fprintf(stderr, "sampled: speculation keeps the target's distribution, not the same draws (not compared)\n");
+    std::fprintf(stderr,
+                 "sampled: speculation keeps the target's distribution, not the same draws (not "
+                 "compared)\n");
     return 0;
   }
   const bool same = plain_tokens == spec_tokens;
-  std::fprintf(stderr, "greedy output identical to plain decoding: %s (%zu tokens)\n", same ? "yes, bitwise" : "NO",
-               spec_tokens.size());
+  std::fprintf(stderr, "greedy output identical to plain decoding: %s (%zu tokens)\n",
+               same ? "yes, bitwise" : "NO", spec_tokens.size());
   return same ? 0 : 1;
 }
 
@@ -81,7 +89,8 @@ std::vector<Command> make_generate_commands() {
   };
   auto ro = std::make_shared<RunOpts>();
   v[0].attach_fn = [ro, sub = v[0].sub](CLI::App& app) {
-    auto* s = app.add_subcommand("run", "Generate from a prompt (text or token ids), streaming to stdout");
+    auto* s = app.add_subcommand("run",
+                                 "Generate from a prompt (text or token ids), streaming to stdout");
     ro->g.add_to(s);
     s->add_option("-p,--prompt", ro->prompt, "Prompt text");
     s->add_option("--ids", ro->ids, "Prompt as comma-separated token ids (output: ids)");
@@ -89,28 +98,30 @@ std::vector<Command> make_generate_commands() {
     s->add_flag("--stats", ro->stats, "Print timing to stderr");
     s->add_flag("--ignore-eos", ro->ignore_eos, "Do not stop at EOS tokens");
     s->add_flag("--spec-stats", ro->spec_stats, "Print speculative-decoding telemetry to stderr");
-    s->add_flag("--vs-plain", ro->vs_plain,
-                "Then decode again without speculation: print the speedup and (greedy) check the output is "
-                "bitwise the same; exit 1 if not");
+    s->add_flag(
+        "--vs-plain", ro->vs_plain,
+        "Then decode again without speculation: print the speedup and (greedy) check the output is "
+        "bitwise the same; exit 1 if not");
     s->get_option("--prompt")->excludes("--ids");
     *sub = s;
   };
   v[0].run = [ro]() {
     const GenerationFlags& f = ro->g;
     auto dir = resolve_model_dir(f.model);
-    auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = f.fp8_static,
-                                                .kv_dtype = model::parse_kv_dtype(f.kv_cache),
-                                                .no_mmap = f.no_mmap});
+    auto m = model::NemotronH::load(dir->path, f.load_options());
     text::TextSession text(dir->path, m->config().vocab_size, ro->stop);
     engine::GenerateRequest req;
-    if (!ro->ids.empty()) req.prompt = parse_ids(ro->ids);
-    else req.prompt = text.encode(ro->prompt.empty() ? std::string("Hello") : ro->prompt);
+    if (!ro->ids.empty())
+      req.prompt = parse_ids(ro->ids);
+    else
+      req.prompt = text.encode(ro->prompt.empty() ? std::string("Hello") : ro->prompt);
     req.max_tokens = f.max_tokens;
     req.sampling = {f.temp, f.top_k, f.top_p, f.min_p, f.seed};
     if (!ro->ignore_eos)
       for (auto e : m->config().eos_token_ids) req.stop_tokens.push_back(int32_t(e));
     const auto draft = f.load_draft(*m, *dir);
-    engine::Generator g(*m, threads_of(f.threads), engine::parse_spec_mode(f.spec), f.draft_max, draft.get());
+    engine::Generator g(*m, threads_of(f.threads), engine::parse_spec_mode(f.spec), f.draft_max,
+                        draft.get());
     const bool as_ids = !ro->ids.empty();
     if (ro->vs_plain) {  // both sides timed warm: page in the weights and the drafter first
       auto w = req;
@@ -133,11 +144,15 @@ std::vector<Command> make_generate_commands() {
     if (!as_ids) std::fputs(text.finish().c_str(), stdout);
     std::printf("\n");
     if (ro->stats)
-      std::fprintf(stderr, "prompt %lld tok in %.3f s (%.1f tok/s); generated %lld tok in %.3f s (%.2f tok/s)\n",
-                   (long long)s.prompt_tokens, s.prefill_seconds, double(s.prompt_tokens) / s.prefill_seconds,
-                   (long long)s.generated_tokens, s.decode_seconds, decode_tok_s(s));
+      std::fprintf(
+          stderr,
+          "prompt %lld tok in %.3f s (%.1f tok/s); generated %lld tok in %.3f s (%.2f tok/s)\n",
+          (long long)s.prompt_tokens, s.prefill_seconds,
+          double(s.prompt_tokens) / s.prefill_seconds, (long long)s.generated_tokens,
+          s.decode_seconds, decode_tok_s(s));
     if (ro->spec_stats) {
-      std::fprintf(stderr, "spec: drafter %s, draft-max %d\n", engine::spec_mode_name(g.mode()), g.draft_max());
+      std::fprintf(stderr, "spec: drafter %s, draft-max %d\n", engine::spec_mode_name(g.mode()),
+                   g.draft_max());
       std::fputs(s.spec.summary().c_str(), stderr);
     }
     std::fflush(stdout);  // the text before the comparison's stderr lines
@@ -151,21 +166,27 @@ std::vector<Command> make_generate_commands() {
     int64_t gen = 64;
     int threads = 0, draft_max = 0;
     bool mtp = false, fp8_static = false;
-    std::string kv_cache = "f32";
+    std::string kv_cache = "f32", arith = "f32";
   };
   auto dopt = std::make_shared<DumpOpts>();
   v[1].attach_fn = [dopt, sub = v[1].sub](CLI::App& app) {
     auto* s = app.add_subcommand("dump", "Write prefill + greedy decode logits (for oracle tests)");
     s->add_option("-m,--model", dopt->model, "Model directory or name in models/")->required();
     s->add_option("--ids", dopt->ids, "Prompt token ids, comma-separated")->required();
-    s->add_option("--gen", dopt->gen, "Greedy tokens to generate")->check(in_range(0, 1 << 20))->capture_default_str();
+    s->add_option("--gen", dopt->gen, "Greedy tokens to generate")
+        ->check(in_range(0, 1 << 20))
+        ->capture_default_str();
     s->add_option("--out", dopt->out, "Output prefix: PREFIX.json + PREFIX.f32")->required();
     s->add_option("-t,--threads", dopt->threads, "Threads")->check(threads_range());
     s->add_flag("--mtp-dump", dopt->mtp,
-                "Also write PREFIX.mtp.f32: MTP logits per prompt slot i for (h_i, t_{i+1}), last slot with g0");
-    s->add_option("--kv-cache", dopt->kv_cache, "KV-cache storage: f32 | bf16 | fp8")->capture_default_str();
-    s->add_flag("--fp8-static-activations", dopt->fp8_static,
-                "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
+                "Also write PREFIX.mtp.f32: MTP logits per prompt slot i for (h_i, t_{i+1}), last "
+                "slot with g0");
+    s->add_option("--kv-cache", dopt->kv_cache, "KV-cache storage: f32 | bf16 | fp8")
+        ->capture_default_str();
+    s->add_flag(
+        "--fp8-static-activations", dopt->fp8_static,
+        "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
+    add_arith_option(s, dopt->arith);
     s->add_option("--draft", dopt->draft,
                   "Decode greedily with this DFlash / DSpark drafter (directory or name) and also "
                   "write PREFIX.draft.json, "
@@ -185,7 +206,8 @@ std::vector<Command> make_generate_commands() {
   v[1].run = [dopt]() {
     const auto dir = resolve_model_dir(dopt->model);
     auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = dopt->fp8_static,
-                                                .kv_dtype = model::parse_kv_dtype(dopt->kv_cache)});
+                                                .kv_dtype = model::parse_kv_dtype(dopt->kv_cache),
+                                                .nvfp4_arith = arith_of(dopt->arith)});
     const auto prompt = parse_ids(dopt->ids);
     if (prompt.empty()) fail("--ids: empty prompt");
     const int64_t V = m->config().vocab_size;
@@ -225,7 +247,8 @@ std::vector<Command> make_generate_commands() {
       if (drafter && drafter->proposals() > proposals) {  // this step drafted
         proposals = drafter->proposals();
         const auto& rd = drafter->last_round();
-        rounds.push_back({{"p", rd.p}, {"anchor", rd.anchor}, {"q_rows", rd.q_rows}, {"drafts", rd.drafts}});
+        rounds.push_back(
+            {{"p", rd.p}, {"anchor", rd.anchor}, {"q_rows", rd.q_rows}, {"drafts", rd.drafts}});
         write(base_out->stream(), rd.base);
         write(final_out->stream(), rd.final);
       }
@@ -245,8 +268,10 @@ std::vector<Command> make_generate_commands() {
       base_out->commit();
       final_out->commit();
       const auto& dc = draft->config();
-      const nlohmann::json dj = {{"kind", dc.kind},    {"gamma", g.draft_max()},
-                                 {"vocab", V},         {"tap_layers", dc.target_layer_ids},
+      const nlohmann::json dj = {{"kind", dc.kind},
+                                 {"gamma", g.draft_max()},
+                                 {"vocab", V},
+                                 {"tap_layers", dc.target_layer_ids},
                                  {"rounds", rounds}};
       AtomicFile f(dopt->out + ".draft.json");
       f.stream() << dj.dump() << "\n";
@@ -280,8 +305,10 @@ std::vector<Command> make_generate_commands() {
       mb.commit();
     }
     bin_out.commit();
-    nlohmann::json j = {{"prompt", prompt},       {"tokens", toks},
-                        {"vocab", V},             {"prefill_rows", prompt.size()},
+    nlohmann::json j = {{"prompt", prompt},
+                        {"tokens", toks},
+                        {"vocab", V},
+                        {"prefill_rows", prompt.size()},
                         {"decode_rows", std::max<int64_t>(0, int64_t(toks.size()) - 1)}};
     AtomicFile js(dopt->out + ".json");
     js.stream() << j.dump() << "\n";

@@ -35,7 +35,9 @@ extern "C" void on_signal(int) {
   if (g_signals.fetch_add(1) >= 1) std::_Exit(130);  // a second signal: stop now
 }
 
-std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / (1 << 20)); }
+std::string mib(double bytes) {
+  return fmt::format("{:.1f} MiB", bytes / (1 << 20));
+}
 
 // Startup phases: a redrawn bar on a terminal, one log line per phase otherwise.
 class Progress {
@@ -93,7 +95,8 @@ std::string weight_formats(const model::NemotronH& m) {
     by[io::dtype_name(t.dtype)] += t.nbytes;
   }
   std::string s;
-  for (const auto& [k, v] : by) s += fmt::format("{}{} {}", s.empty() ? "" : ", ", k, mib(double(v)));
+  for (const auto& [k, v] : by)
+    s += fmt::format("{}{} {}", s.empty() ? "" : ", ", k, mib(double(v)));
   if (m.quant().quantized()) s += fmt::format(" (quantized: {})", m.quant().global_algo);
   return s;
 }
@@ -114,11 +117,13 @@ std::vector<Command> make_serve_command() {
   v[0].attach_fn = [o, sub = v[0].sub](CLI::App& app) {
     auto* s = app.add_subcommand("serve", "OpenAI-compatible HTTP server (docs/SERVER.md)");
     o->g.add_model_to(s);
-    s->add_option("--host", o->srv.host, "Address to bind (loopback by default)")->capture_default_str();
+    s->add_option("--host", o->srv.host, "Address to bind (loopback by default)")
+        ->capture_default_str();
     s->add_option("--port", o->srv.port, "Port (0: any free port, printed)")
         ->check(in_range(0, 65535))
         ->capture_default_str();
-    s->add_option("--api-key", o->api_keys, "Require 'Authorization: Bearer KEY' (repeatable or comma list)")
+    s->add_option("--api-key", o->api_keys,
+                  "Require 'Authorization: Bearer KEY' (repeatable or comma list)")
         ->delimiter(',');
     s->add_option("--max-active", o->max_active, "Requests that decode together")
         ->check(in_range(1, 4096))
@@ -126,7 +131,8 @@ std::vector<Command> make_serve_command() {
     s->add_option("--max-queue", o->max_queue, "Waiting requests beyond which new ones get 429")
         ->check(in_range(0, 65536))
         ->capture_default_str();
-    s->add_option("-c,--ctx-size", o->ctx_size, "Max prompt + max_tokens per request (0: unlimited)")
+    s->add_option("-c,--ctx-size", o->ctx_size,
+                  "Max prompt + max_tokens per request (0: unlimited)")
         ->check(in_range(0, 1ll << 40))
         ->capture_default_str();
     s->add_option("--max-tokens", o->srv.default_max_tokens, "max_tokens when a request gives none")
@@ -138,10 +144,12 @@ std::vector<Command> make_serve_command() {
     s->add_option("--timeout", o->srv.timeout_s, "Socket read / write timeout, seconds")
         ->check(in_range(1, 86400))
         ->capture_default_str();
-    s->add_option("--keep-alive", o->srv.keep_alive_s, "Idle keep-alive connections close after, seconds")
+    s->add_option("--keep-alive", o->srv.keep_alive_s,
+                  "Idle keep-alive connections close after, seconds")
         ->check(in_range(1, 3600))
         ->capture_default_str();
-    s->add_option("--sse-ping", o->srv.sse_ping_s, "Seconds between ': ping' comments on a quiet stream")
+    s->add_option("--sse-ping", o->srv.sse_ping_s,
+                  "Seconds between ': ping' comments on a quiet stream")
         ->check(in_range(0.1, 3600))
         ->capture_default_str();
     s->add_option("--prefix-cache-mb", o->prefix_cache_mb, "Prefix cache size (0: off)")
@@ -179,9 +187,7 @@ std::vector<Command> make_serve_command() {
     if (embedded) progress.phase("writing the embedded tiny model");
     auto dir = resolve_model_dir(f.model);
     progress.phase(f.no_mmap ? "reading weights (--no-mmap)" : "mapping weights");
-    auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = f.fp8_static,
-                                                .kv_dtype = model::parse_kv_dtype(f.kv_cache),
-                                                .no_mmap = f.no_mmap});
+    auto m = model::NemotronH::load(dir->path, f.load_options());
     progress.phase("loading tokenizer, template and drafter");
     const text::TextCodec codec(dir->path, m->config().vocab_size);
     const auto tmpl_src = text::load_chat_template(dir->path);
@@ -220,7 +226,8 @@ std::vector<Command> make_serve_command() {
     backend.chat_template_source = tmpl_src.value_or("");
     for (auto e : m->config().eos_token_ids) backend.stop_tokens.push_back(int32_t(e));
     for (int32_t e : codec.stop_token_ids())
-      if (std::find(backend.stop_tokens.begin(), backend.stop_tokens.end(), e) == backend.stop_tokens.end())
+      if (std::find(backend.stop_tokens.begin(), backend.stop_tokens.end(), e) ==
+          backend.stop_tokens.end())
         backend.stop_tokens.push_back(e);
     backend.n_ctx = o->ctx_size;
     backend.props = {

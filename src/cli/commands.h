@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "model/weights.h"
+
 namespace nemo::model {
 class NemotronH;
 class DFlashModel;
@@ -34,7 +36,11 @@ CLI::Validator in_range(double lo, double hi);  // lo <= v <= hi, finite
 // A comma list of integers, each in [lo, hi] (empty items are skipped); parse it with int_list.
 CLI::Validator int_list_range(int lo, int hi);
 std::vector<int> int_list(const std::string& s);  // after int_list_range accepted it
-CLI::Validator threads_range();                   // 0 (all cores) .. 1024
+// --arith f32|bf16 (model::LoadOptions::nvfp4_arith), for every command that loads a model.
+void add_arith_option(CLI::App* s, std::string& arith);
+// Its value, with a note on stderr where bf16 has no fast kernel on this CPU.
+kernels::Arith arith_of(const std::string& arith);
+CLI::Validator threads_range();  // 0 (all cores) .. 1024
 
 // Named models (docs/CONVERT.md): the models directory is $NEMOTRON_MODELS when set, else
 // <the executable's directory>/../models when it exists, else the source tree's models/.
@@ -73,10 +79,12 @@ struct GenerationFlags {
   float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
   int top_k = 0, threads = 0, draft_max = 0;  // 0: the drafter's default
   uint64_t seed = 0;
-  std::string spec = "auto", kv_cache = "f32", draft;
+  std::string spec = "auto", kv_cache = "f32", draft, arith = "f32";
   bool fp8_static = false, tap_last_post_norm = false, no_mmap = false;
   void add_to(CLI::App* s);        // everything below
   void add_model_to(CLI::App* s);  // model, threads, speculation, KV cache (no sampling): serve
+  model::LoadOptions load_options()
+      const;  // --fp8-static-activations, --kv-cache, --no-mmap, --arith
   // The --draft drafter paired with `target` (validated), or null. Without --draft, --spec dflash
   // or dspark on a model named M in the models directory loads its sibling M-dflash / M-dspark.
   std::unique_ptr<model::DFlashModel> load_draft(const model::NemotronH& target,

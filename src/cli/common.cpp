@@ -164,6 +164,39 @@ void GenerationFlags::add_model_to(CLI::App* s) {
   s->add_flag(
       "--fp8-static-activations", fp8_static,
       "FP8 layers: emulate W8A8 static activation quantisation (GPU parity) instead of W8A16");
+  add_arith_option(s, arith);
+}
+
+model::LoadOptions GenerationFlags::load_options() const {
+  return {.fp8_static_activations = fp8_static,
+          .kv_dtype = model::parse_kv_dtype(kv_cache),
+          .no_mmap = no_mmap,
+          .nvfp4_arith = arith_of(arith)};
+}
+
+kernels::Arith arith_of(const std::string& arith) {
+  const kernels::Arith a = kernels::parse_arith(arith);
+  if (a == kernels::Arith::Bf16 && kernels::active_isa() == kernels::Isa::Avx512 &&
+      kernels::cpu_has_avx512_bf16() && !kernels::bf16_kernel_verified())
+    std::fprintf(stderr,
+                 "warning: --arith bf16: this CPU's VDPBF16PS does not give the defined sums (the "
+                 "self-check failed; please report the CPU), so NVFP4 layers run the scalar "
+                 "reference kernel (same results, many times slower than --arith f32)\n");
+  else if (a == kernels::Arith::Bf16 &&
+           !(kernels::active_isa() == kernels::Isa::Avx512 && kernels::cpu_has_avx512_bf16()))
+    std::fprintf(stderr,
+                 "note: --arith bf16: this CPU has no AVX512_BF16, so NVFP4 layers run the scalar "
+                 "reference kernel (same results, many times slower than --arith f32)\n");
+  return a;
+}
+
+void add_arith_option(CLI::App* s, std::string& arith) {
+  s->add_option(
+       "--arith", arith,
+       "NVFP4 layers' activations: f32 (as computed) | bf16 (rounded to bf16 first, as GPU "
+       "W4A16 kernels take them; the AVX512_BF16 kernel where the CPU has one)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
 }
 
 std::unique_ptr<model::DFlashModel> GenerationFlags::load_draft(const model::NemotronH& target,

@@ -67,6 +67,12 @@ const char* arith_name(Arith a) {
   return a == Arith::Bf16 ? "bf16" : "f32";
 }
 
+Arith parse_arith(const std::string& s, const char* option) {
+  if (s == "f32") return Arith::F32;
+  if (s == "bf16") return Arith::Bf16;
+  fail("{} '{}': expected f32 or bf16", option, s);
+}
+
 float round_activation_bf16(float x) {
   if (std::fabs(x) < 0x1p-100f) return 0.0f;
   return bf16_to_f32(f32_to_bf16(x));
@@ -78,6 +84,11 @@ bool cpu_has_avx512_bf16() {
     return detected_isa() == Isa::Avx512 && __builtin_cpu_supports("avx512bf16");
   }();
   return has;
+}
+
+bool bf16_kernel_verified() {
+  static const bool ok = cpu_has_avx512_bf16() && detail::nvfp4_bf16_kernel_self_check();
+  return ok;
 }
 
 Isa detected_isa() {
@@ -223,8 +234,8 @@ RangeFn select_range_fn(const PackedWeight& w, Isa isa) {
   if (w.format != WeightFormat::NVFP4)
     fail("linear: bf16 activations are implemented for nvfp4 weights only, not {}",
          weight_format_name(w.format));
-  return isa >= Isa::Avx512 && cpu_has_avx512_bf16() ? range_nvfp4_bf16_avx512
-                                                     : range_nvfp4_bf16_ref;
+  return isa >= Isa::Avx512 && bf16_kernel_verified() ? range_nvfp4_bf16_avx512
+                                                      : range_nvfp4_bf16_ref;
 }
 }  // namespace detail
 

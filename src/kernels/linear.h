@@ -31,6 +31,8 @@ const char* weight_format_name(WeightFormat f);
 // the sums in the order of linear_nvfp4.cpp's bf16 section (NVFP4 only; docs/FORMATS.md).
 enum class Arith : uint8_t { F32, Bf16 };
 const char* arith_name(Arith a);
+// "f32" | "bf16"; anything else fails naming `option` (the command-line flag).
+Arith parse_arith(const std::string& s, const char* option = "--arith");
 
 // Arith::Bf16's activation: f32 -> bf16 (round to nearest even) -> f32; |x| < 2^-100 becomes +0
 // (so no product or partial sum is ever subnormal); NaN stays NaN, infinities stay.
@@ -61,9 +63,13 @@ std::vector<Isa> available_isas();  // Reference .. detected_isa(), ascending (t
 Isa active_isa();
 void set_active_isa(Isa isa);  // for tests/benchmarks; clamps to what the CPU supports
 const char* isa_name(Isa isa);
-// AVX512_BF16 (VDPBF16PS): Arith::Bf16 runs its own kernel at Isa::Avx512 where the CPU has it,
-// the scalar reference otherwise.
+// AVX512_BF16 (VDPBF16PS): Arith::Bf16 runs its own kernel at Isa::Avx512 where the CPU has it
+// and bf16_kernel_verified(), the scalar reference otherwise.
 bool cpu_has_avx512_bf16();
+// The CPU has AVX512_BF16 and the kernel built on it gave the scalar reference's bits in a
+// self-check run once per process (the instruction's summation order is what the kernel's
+// definition rests on; a CPU that summed otherwise would fall back to the reference, not drift).
+bool bf16_kernel_verified();
 
 // y[r * y_stride + o] for r < n_rows, o < w.rows. Threads split o.
 void linear(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,

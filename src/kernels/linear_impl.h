@@ -30,6 +30,9 @@ void range_nvfp4_bf16_ref(const PackedWeight&, const float*, int64_t, int64_t, f
                           int64_t, int64_t);
 void range_nvfp4_bf16_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                              int64_t, int64_t);
+// Does range_nvfp4_bf16_avx512 give the reference's bits on this CPU? (Call only where
+// cpu_has_avx512_bf16(); kernels/linear.h bf16_kernel_verified() runs it once.)
+bool nvfp4_bf16_kernel_self_check();
 void range_fp8_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,
                    int64_t);
 void range_fp8_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,

@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "base/numeric.h"
+#include "base/random.h"
 #include "kernels/fp8.h"
 #include "kernels/linear_packed.h"
 
@@ -363,6 +365,42 @@ void range_nvfp4_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_ro
 }
 
 #pragma GCC pop_options
+
+// The AVX512_BF16 kernel against the reference on random data (64 outputs x 96 columns, 1-5 rows,
+// activations over 2^-20..2^20 with ties and values below the flush threshold). Random data
+// changes the rounding of nearly every output if VDPBF16PS summed in another order (even product
+// first, both products at once, or in a wider accumulator), so a mismatch means the instruction
+// on this CPU is not the one docs/FORMATS.md §2.1 defines.
+bool nvfp4_bf16_kernel_self_check() {
+  constexpr int64_t kOut = 64, kCols = 96, kRows = 5;
+  Rng rng(0x5eed);
+  std::vector<uint8_t> codes(size_t(kOut * kCols / 2)), scales(size_t(kOut * kCols / 16));
+  for (auto& c : codes) c = uint8_t(rng.next());
+  for (auto& s : scales) s = uint8_t(0x20 + rng.next() % 0x30);  // E4M3 2^-5 .. 2^1, never NaN
+  PackedWeight w{.format = WeightFormat::NVFP4,
+                 .rows = kOut,
+                 .cols = kCols,
+                 .data = codes.data(),
+                 .scales = scales.data(),
+                 .scale = 0.75f,
+                 .group = 16,
+                 .arith = Arith::Bf16};
+  std::vector<float> x(size_t(kRows * kCols));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint64_t r = rng.next();
+    const float m = float(r >> 40) * 0x1p-24f * ((r & 1) ? -1.0f : 1.0f);
+    x[i] = i % 17 == 3   ? 1.0f + 0x1p-8f  // a rounding tie
+           : i % 19 == 5 ? 0x1p-101f       // flushed to zero
+                         : std::ldexp(m, int((r >> 1) % 41) - 20);
+  }
+  std::vector<float> want(size_t(kRows * kOut)), got(size_t(kRows * kOut), -1.0f);
+  for (int64_t n = 1; n <= kRows; ++n) {
+    range_nvfp4_bf16_ref(w, x.data(), n, kCols, want.data(), kOut, 0, kOut);
+    range_nvfp4_bf16_avx512(w, x.data(), n, kCols, got.data(), kOut, 0, kOut);
+    if (std::memcmp(want.data(), got.data(), size_t(n * kOut) * 4) != 0) return false;
+  }
+  return true;
+}
 
 // Spec order (ModelOpt / vLLM): s = E4M3 * weight_scale_2 (one f32 rounding), w = E2M1 * s.
 void dequantize_row_nvfp4(const PackedWeight& w, int64_t o, float* out) {

@@ -6,8 +6,8 @@
 #include <numbers>
 
 #include "base/error.h"
-#include "kernels/ops.h"
 #include "io/model_config.h"
+#include "kernels/ops.h"
 #include "model/layout.h"
 
 namespace nemo::model {
@@ -97,7 +97,8 @@ std::unique_ptr<DFlashModel> DFlashModel::load(const std::string& dir, const Nem
   std::unique_ptr<DFlashModel> m(
       new DFlashModel(target, cfg, std::move(store), std::move(qc), opt));
   const io::DrafterConfig& c = m->cfg_;
-  WeightBinder b(m->store_, m->qc_);
+  // The drafter multiplies as its target does (--arith): one switch per run.
+  WeightBinder b(m->store_, m->qc_, {.nvfp4_arith = target.load_options().nvfp4_arith});
   const std::string P = b.has("model.layers.0.input_layernorm.weight") ? "model." : "";
   auto lin = [&](const layout::TensorSpec& s) {
     Linear w = b.linear(s);

@@ -29,8 +29,8 @@ std::vector<float> WeightBinder::values(const layout::TensorSpec& s) const {
   return tensor_f32_any(s.name, s.accepted_shapes());
 }
 
-Linear WeightBinder::bind_checked(const std::string& prefix, int64_t out, int64_t in, int64_t expert,
-                                  int64_t n_experts) const {
+Linear WeightBinder::bind_checked(const std::string& prefix, int64_t out, int64_t in,
+                                  int64_t expert, int64_t n_experts) const {
   const io::TensorView& wt = store_.get(prefix + ".weight");
   const io::TensorLookup lookup = [this](const std::string& name) -> std::optional<io::TensorInfo> {
     const io::TensorView* v = store_.find(name);
@@ -40,9 +40,10 @@ Linear WeightBinder::bind_checked(const std::string& prefix, int64_t out, int64_
   const io::CheckedModule m = io::check_module(qc_, prefix, lookup);
   const bool stacked = expert >= 0;
   if (m.out != out || m.in != in || (stacked ? m.stacked != n_experts : m.stacked != 0))
-    fail("{}: module '{}' has logical shape {}[{}, {}] ({} {}) but the config implies {}[{}, {}]", *wt.file, prefix,
-         m.stacked ? "[" + std::to_string(m.stacked) + "] x " : "", m.out, m.in, io::quant_algo_name(m.quant.algo),
-         wt.shape_str(), stacked ? "[" + std::to_string(n_experts) + "] x " : "", out, in);
+    fail("{}: module '{}' has logical shape {}[{}, {}] ({} {}) but the config implies {}[{}, {}]",
+         *wt.file, prefix, m.stacked ? "[" + std::to_string(m.stacked) + "] x " : "", m.out, m.in,
+         io::quant_algo_name(m.quant.algo), wt.shape_str(),
+         stacked ? "[" + std::to_string(n_experts) + "] x " : "", out, in);
   Linear w;
   w.rows = out;
   w.cols = in;
@@ -50,12 +51,22 @@ Linear WeightBinder::bind_checked(const std::string& prefix, int64_t out, int64_
   switch (m.quant.algo) {
     case io::QuantAlgo::None:
       switch (m.weight_dtype) {
-        case io::DType::F32: w.format = kernels::WeightFormat::F32; break;
-        case io::DType::BF16: w.format = kernels::WeightFormat::BF16; break;
-        case io::DType::F16: w.format = kernels::WeightFormat::F16; break;
-        default: fail("{}: module '{}': unsupported weight dtype {}", *wt.file, prefix, io::dtype_name(m.weight_dtype));
+        case io::DType::F32:
+          w.format = kernels::WeightFormat::F32;
+          break;
+        case io::DType::BF16:
+          w.format = kernels::WeightFormat::BF16;
+          break;
+        case io::DType::F16:
+          w.format = kernels::WeightFormat::F16;
+          break;
+        default:
+          fail("{}: module '{}': unsupported weight dtype {}", *wt.file, prefix,
+               io::dtype_name(m.weight_dtype));
       }
-      if (stacked) data += uint64_t(expert) * uint64_t(out * in) * uint64_t(io::dtype_bits(m.weight_dtype) / 8);
+      if (stacked)
+        data +=
+            uint64_t(expert) * uint64_t(out * in) * uint64_t(io::dtype_bits(m.weight_dtype) / 8);
       w.data = data;
       break;
     case io::QuantAlgo::NVFP4:
@@ -66,6 +77,7 @@ Linear WeightBinder::bind_checked(const std::string& prefix, int64_t out, int64_
       w.scales = store_.get(prefix + ".weight_scale").data;
       w.scale = m.weight_scale;
       w.group = 16;
+      w.arith = opt_.nvfp4_arith;
       break;
     case io::QuantAlgo::FP8:
       w.format = kernels::WeightFormat::FP8_E4M3;
@@ -94,17 +106,21 @@ Linear WeightBinder::bind_checked(const std::string& prefix, int64_t out, int64_
   return w;
 }
 
-std::vector<float> WeightBinder::tensor_f32_any(const std::string& name,
-                                                const std::vector<std::vector<int64_t>>& shapes) const {
+std::vector<float> WeightBinder::tensor_f32_any(
+    const std::string& name, const std::vector<std::vector<int64_t>>& shapes) const {
   const io::TensorView& t = store_.get(name);
   bool ok = false;
   for (const auto& s : shapes) ok |= t.shape == s;
-  if (!ok) fail("{}: tensor '{}' has shape {} but the config implies {}", *t.file, name, t.shape_str(), io::shape_str(shapes[0]));
+  if (!ok)
+    fail("{}: tensor '{}' has shape {} but the config implies {}", *t.file, name, t.shape_str(),
+         io::shape_str(shapes[0]));
   const int64_t n = t.numel();
   std::vector<float> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     switch (t.dtype) {
-      case io::DType::F32: std::memcpy(&v[i], t.data + 4 * i, 4); break;
+      case io::DType::F32:
+        std::memcpy(&v[i], t.data + 4 * i, 4);
+        break;
       case io::DType::BF16: {
         uint16_t b;
         std::memcpy(&b, t.data + 2 * i, 2);
@@ -118,9 +134,11 @@ std::vector<float> WeightBinder::tensor_f32_any(const std::string& name,
         break;
       }
       default:
-        fail("{}: tensor '{}' has dtype {}; expected F32, BF16 or F16", *t.file, name, io::dtype_name(t.dtype));
+        fail("{}: tensor '{}' has dtype {}; expected F32, BF16 or F16", *t.file, name,
+             io::dtype_name(t.dtype));
     }
-    if (!std::isfinite(v[i])) fail("{}: tensor '{}' has a non-finite value at element {}", *t.file, name, i);
+    if (!std::isfinite(v[i]))
+      fail("{}: tensor '{}' has a non-finite value at element {}", *t.file, name, i);
   }
   return v;
 }

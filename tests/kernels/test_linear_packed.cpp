@@ -588,6 +588,9 @@ TEST(LinearBf16, EveryIsaEqualsTheReferenceAtEveryWidthThreadAndRange) {
       }
     }
   }
+  // A CPU with the instruction must pass the kernel's self-check (else the comparisons above ran
+  // the reference against itself).
+  EXPECT_EQ(bf16_kernel_verified(), cpu_has_avx512_bf16());
   std::printf("[ bf16 paths ] %s%s: %d comparisons\n", isa_name(detected_isa()),
               cpu_has_avx512_bf16() ? " with AVX512_BF16 (vdpbf16ps kernel)" : " (reference only)",
               compared);

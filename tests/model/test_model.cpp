@@ -312,8 +312,8 @@ TEST_P(ModelProps, PrefillSplitAtChunkBoundaryIsExact) {
   }
 }
 
-// The case is what its name says: a rounding KV cache or W8A8 activations change the logits of
-// the same checkpoint (a case that silently loaded the plain model would pass every test above).
+// The case is what its name says: a rounding KV cache, W8A8 or bf16 activations change the logits
+// of the same checkpoint (a case that silently loaded the plain model would pass every test above).
 TEST_P(ModelProps, LoadOptionsTakeEffect) {
   const Target& p = GetParam();
   NemotronH& m = model_for(p);
@@ -321,10 +321,11 @@ TEST_P(ModelProps, LoadOptionsTakeEffect) {
   EXPECT_EQ(m.new_state().kv_bytes_per_token(),
             size_t(c.count(io::LayerKind::Attention) * 2 * c.num_key_value_heads * c.head_dim *
                    model::kv_dtype_bytes(p.kv)));
-  if (p.kv == model::KvDtype::F32 && !p.w8a8) return;
+  if (p.kv == model::KvDtype::F32 && !p.w8a8 && p.arith == kernels::Arith::F32) return;
   Target plain = p;
   plain.kv = model::KvDtype::F32;
   plain.w8a8 = false;
+  plain.arith = kernels::Arith::F32;
   NemotronH& ref = model_for(plain);
   const auto prompt = random_tokens(20, c.vocab_size, 12);
   ForwardOptions fo;
@@ -584,4 +585,50 @@ TEST(ModelKvCache, StoreLoadRoundTrip) {
   kv.store(false, 0, 1, &big, 1.0f);
   kv.load(false, 0, 1, &y, 1.0f);
   EXPECT_EQ(y, 448.0f);
+}
+
+// --arith bf16 rounds the activations of NVFP4 layers only: a ModelOpt checkpoint's logits move by
+// about bf16's precision, an MLX or dense checkpoint's do not move at all.
+TEST(ModelArith, Bf16ActivationsChangeOnlyNvfp4Layers) {
+  using F = synth::SynthFormat;
+  const auto Bf16 = kernels::Arith::Bf16;
+  struct Expect {
+    Target target;
+    bool moves;
+  };
+  const Expect cases[] = {
+      {{.preset = "tiny-q", .format = F::ModelOpt}, true},
+      {{.preset = "tiny-q", .format = F::Mlx4}, false},
+      {{.preset = "tiny-q", .format = F::Mlx8}, false},
+      {{.preset = "tiny-a", .dtype = io::DType::BF16}, false},
+  };
+  int compared = 0;
+  for (const auto& [t, moves] : cases) {
+    Target tb = t;
+    tb.arith = Bf16;
+    NemotronH &a = model_for(t), &b = model_for(tb);
+    const auto prompt = random_tokens(20, a.config().vocab_size, 13);
+    ForwardOptions fo;
+    fo.all_logits = true;
+    auto sa = a.new_state(), sb = b.new_state();
+    const auto ra = a.forward(sa, prompt, fo, ThreadConfig{2}),
+               rb = b.forward(sb, prompt, fo, ThreadConfig{2});
+    ASSERT_EQ(ra.logits.size(), rb.logits.size());
+    double max_abs = 0, max_ref = 0;
+    for (size_t i = 0; i < ra.logits.size(); ++i) {
+      max_abs = std::max(max_abs, double(std::fabs(ra.logits[i] - rb.logits[i])));
+      max_ref = std::max(max_ref, double(std::fabs(ra.logits[i])));
+    }
+    std::printf("[ arith ] %s: bf16 vs f32 activations, max |d| / max |logit| = %.3g\n",
+                test::target_id(t).c_str(), max_abs / max_ref);
+    if (moves) {
+      EXPECT_GT(max_abs / max_ref, 1e-3) << test::target_id(t);  // measured 4.5e-3
+      EXPECT_LT(max_abs / max_ref, 2e-2) << test::target_id(t);
+    } else {
+      EXPECT_EQ(max_abs, 0.0) << test::target_id(t);
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, 4);
+  EXPECT_THROW(kernels::parse_arith("fp16"), Error);
 }

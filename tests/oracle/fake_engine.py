@@ -5,7 +5,8 @@ run_oracle.py's plumbing and failure reports without the C++ engine:
     /usr/bin/python3 tests/oracle/run_oracle.py --nemotron tests/oracle/fake_engine.py
 
 FAKE_ENGINE_BUG=<name> injects a deliberate bug into the dump (ungrouped_norm, conv_flip, bias_weights,
-logit_noise, nvfp4_nibble_swap, mlx_no_bias, ignore_fp8_static) so that the failure reports can be inspected.
+logit_noise, nvfp4_nibble_swap, mlx_no_bias, ignore_fp8_static, ignore_arith, bf16_act_everywhere,
+bf16_act_no_lm_head) so that the failure reports can be inspected.
 synth --format modelopt|mlx4|mlx8 writes quantized checkpoints with the quantizers of test_reference_formats.py
 (dense weights rounded to bf16 first, like a release).
 """
@@ -111,6 +112,7 @@ def main():
     ap.add_argument("--format", default="dense")
     ap.add_argument("--mlx-group", type=int, default=64)
     ap.add_argument("--fp8-static-activations", action="store_true")
+    ap.add_argument("--arith", choices=["f32", "bf16"], default="f32")
     a = ap.parse_args()
     torch.set_num_threads(1)
     if a.cmd == "synth":
@@ -147,13 +149,18 @@ def main():
         for k in list(t):
             if k.endswith("e_score_correction_bias"):
                 t[k] = t[k] + 0.3
-    m = ref.NemotronH(cfg, t, fp8_static=fp8s)
+    bf16_act = ref.nvfp4_names_from_info(info) if a.arith == "bf16" and bug != "ignore_arith" else set()
+    if bf16_act and bug == "bf16_act_everywhere":
+        bf16_act = {k for k in t if k.endswith(".weight")}
+    elif bug == "bf16_act_no_lm_head":
+        bf16_act.discard("lm_head.weight")
+    m = ref.NemotronH(cfg, t, fp8_static=fp8s, bf16_act=bf16_act)
     prompt = [int(x) for x in a.ids.split(",")]
     pre, toks, dec, hid = ref.greedy(m, prompt, a.gen, return_hidden=True)
     if a.mtp_dump:
         if bug == "mtp_concat_swap":
             t["mtp.layers.0.eh_proj.weight"] = torch.roll(t["mtp.layers.0.eh_proj.weight"], m.cfg.H, dims=1)
-            m = ref.NemotronH(cfg, t, fp8_static=fp8s)
+            m = ref.NemotronH(cfg, t, fp8_static=fp8s, bf16_act=bf16_act)
         lg = ref.mtp_dump(m, prompt, toks, hid)
         with open(a.out + ".mtp.f32", "wb") as f:
             f.write(lg.astype("<f4").tobytes())

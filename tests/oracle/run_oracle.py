@@ -13,8 +13,10 @@ compares the same context even after a divergence; its own argmax at each step g
 Storage formats: `nemotron synth --preset tiny-q --format dense|modelopt|mlx4|mlx8` write the same random model in
 every format; the reference dequantizes them with its own decoders (tools/reference/nemotron_formats.py) and each is
 compared as above (MTP included), plus a weight check (dequantized weights vs the dense f32 checkpoint of the same
-seed: expected storage per tensor and relative RMS error bounds) and a W8A8 case (`dump --fp8-static-activations` vs
-the reference's parity mode). --formats-only runs just those; --no-formats skips them.
+seed: expected storage per tensor and relative RMS error bounds), a W8A8 case (`dump --fp8-static-activations` vs
+the reference's parity mode) and a bf16-activation case (`dump --arith bf16` vs the reference rounding the inputs of
+its NVFP4 layers; rows whose activations round differently on the two sides may differ by about bf16's step, so the
+median row is held to the tolerance and every row to 1e-2). --formats-only runs just those; --no-formats skips them.
 
 Grouped expert routing: tiny-b with `synth --expert-groups 4:2` (n_group 4, topk_group 2), compared as above and
 against the ungrouped reference, which must differ (the grouping is visible in the logits).
@@ -73,6 +75,8 @@ FORMAT_CASES = [
          tag="mlx8-g32"),   # (g128 is impossible for tiny-q: moe_intermediate_size 64)
     dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="modelopt", synth_args=[], lens=[7, 140], tag="modelopt-w8a8",
          fp8_static=True),
+    dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="modelopt", synth_args=[], lens=[1, 7, 140],
+         tag="modelopt-actbf16", bf16_act=True, flips=dict(min_within=0.5, max=1e-2)),
 ]
 # Relative RMS error bound of the dequantized weights of each format vs the dense f32 checkpoint of the same seed
 # (formats.md §6.4: NVFP4 ~9.5 %, FP8 ~2.6 %, affine-4 ~9-12 %, affine-8 ~1 %); "bf16"/"f32" = stored unquantized.
@@ -156,8 +160,31 @@ class Case:
         return self.ok
 
 
-def compare_case(case, args, model_dir, model32, prompt, work, dump_args=(), fp8_static=None, contrast=None,
-                 contrast_label="the W8A16 reference"):
+def compare_case(case, args, model_dir, model32, prompt, work, dump_args=(), ref_kw=None, contrast=None,
+                 contrast_label="the W8A16 reference", tol=None, flips=None):
+    """ref_kw: the reference's mode arguments (fp8_static, bf16_act), for the diagnosis; tol: this case's logit
+    tolerance (default --tol). flips: for modes that round activations (bf16): the two sides' f32 activations
+    differ in their last bits, so now and then one lands on the other side of a rounding boundary and its row
+    (and, through the recurrent state, some later rows) moves by about the rounding step. Then rows may exceed
+    tol if the median row stays within tol, at least flips["min_within"] of the rows do, and none exceeds
+    flips["max"]; the contrast must differ in the median."""
+    tol = args.tol if tol is None else tol
+
+    def check_rows(errs, what, limit):
+        bad = np.nonzero(errs > limit)[0]
+        if not len(bad):
+            return
+        if flips is not None:
+            med, within, mx = float(np.median(errs)), 1 - len(bad) / len(errs), float(errs.max())
+            case.info(f"{what}: {len(bad)}/{len(errs)} rows exceed {limit:g} (rounding flips), median {med:.2e}, "
+                      f"max {mx:.2e}")
+            if med <= limit and within >= flips["min_within"] and mx <= flips["max"]:
+                return
+            case.fail(f"{what}: too far for rounding flips: median {med:.2e} (<= {limit:g}), "
+                      f"{within:.0%} of rows within (>= {flips['min_within']:.0%}), max {mx:.2e} (<= {flips['max']:g})")
+            return
+        case.fail(f"{len(bad)}/{len(errs)} {what} rows exceed {limit:g}; first at row {bad[0]} "
+                  f"(rel {errs[bad[0]]:.3e}); rows: {bad[:12].tolist()}{' ...' if len(bad) > 12 else ''}")
     os.makedirs(work, exist_ok=True)
     pe = os.path.join(work, "engine")
     pr = os.path.join(work, "ref")
@@ -214,17 +241,10 @@ def compare_case(case, args, model_dir, model32, prompt, work, dump_args=(), fp8
         wd = int(np.argmax(ed))
         msg += f", decode max rel {ed[wd]:.2e} (row {wd}/{len(ed)})"
     case.info(msg + f"  [engine {te:.1f}s, ref {tr:.1f}s]")
-    bad_p = np.nonzero(ep > args.tol)[0]
-    bad_d = np.nonzero(ed > args.tol)[0]
     if not np.all(np.isfinite(epre)) or not np.all(np.isfinite(edec)):
         case.fail("engine logits contain NaN/Inf")
-    if len(bad_p):
-        case.fail(f"{len(bad_p)}/{T} prefill rows exceed {args.tol:g}; first at row {bad_p[0]} "
-                  f"(rel {ep[bad_p[0]]:.3e}); rows: {bad_p[:12].tolist()}{' ...' if len(bad_p) > 12 else ''}")
-    if len(bad_d):
-        case.fail(f"{len(bad_d)}/{len(ed)} decode rows exceed {args.tol:g}; first at decode row {bad_d[0]} "
-                  f"(position {T + bad_d[0]}, rel {ed[bad_d[0]]:.3e}); rows: {bad_d[:12].tolist()}"
-                  f"{' ...' if len(bad_d) > 12 else ''}")
+    check_rows(ep, "prefill", tol)
+    check_rows(ed, "decode", tol)  # decode row i is position T + i
     if want_mtp:
         # MTP head (nemotron_h.md §6.2): slot i gets (h_i, t_{i+1}); the last slot gets the engine's first greedy token
         rm = ref.mtp_dump(model32, prompt, etoks, rhid)
@@ -239,19 +259,18 @@ def compare_case(case, args, model_dir, model32, prompt, work, dump_args=(), fp8
             errs = row_rel_errors(em, rm)
             w = int(np.argmax(errs))
             case.info(f"MTP max rel {errs[w]:.2e} (slot {w}/{T})")
-            bad = np.nonzero(errs > args.mtp_tol)[0]
-            if len(bad):
-                case.fail(f"{len(bad)}/{T} MTP rows exceed {args.mtp_tol:g}; first at slot {bad[0]} "
-                          f"(rel {errs[bad[0]]:.3e})")
+            check_rows(errs, "MTP", args.mtp_tol)
     if contrast is not None:
         # the mode under test must matter: the same engine dump vs a reference WITHOUT it differs by >> tol
         cpre, _, cdec = ref.greedy(contrast, prompt, args.gen, force_tokens=etoks)
-        cerr = max(row_rel_errors(epre, cpre).max(initial=0), row_rel_errors(edec, cdec).max(initial=0))
+        crows = np.concatenate([row_rel_errors(epre, cpre), row_rel_errors(edec, cdec)])
+        # with rounding flips allowed, the median row is what must tell the modes apart
+        cerr = float(np.median(crows)) if flips is not None else crows.max(initial=0)
         st = model32.fp8_stats
         nq, nc = sum(v[0] for v in st.values()), sum(v[1] for v in st.values())
-        case.info(f"vs {contrast_label}: max rel {cerr:.2e} (the mode is visible)" +
+        case.info(f"vs {contrast_label}: {'median' if flips is not None else 'max'} rel {cerr:.2e} (the mode is visible)" +
                   (f"; {len(st)} FP8 modules, {nq} activations quantized, {nc} clamped at +-448" if st else ""))
-        if cerr < 100 * args.tol:
+        if cerr < 100 * tol:
             case.fail(f"engine output is as close to {contrast_label} ({cerr:.2e}) as to the one under test: "
                       f"the mode ({' '.join(dump_args) or 'config'}) seems to have no effect")
     # greedy tokens
@@ -267,16 +286,16 @@ def compare_case(case, args, model_dir, model32, prompt, work, dump_args=(), fp8
                   f"ref {rtoks[div]}; engine top2 {ei}:{ev:.6g} {ej}:{ew:.6g} (margin {ev - ew:.3e}); "
                   f"ref top2 {ri}:{rv:.6g} {rj}:{rw:.6g} (margin {rv - rw:.3e})")
     if not case.ok and args.diagnose:
-        diagnose(case, model_dir, prompt, etoks, epre, edec, rpre, rdec, args, fp8_static)
+        diagnose(case, model_dir, prompt, etoks, epre, edec, rpre, rdec, args, ref_kw)
 
 
-def diagnose(case, model_dir, prompt, etoks, epre, edec, rpre, rdec, args, fp8_static=None):
+def diagnose(case, model_dir, prompt, etoks, epre, edec, rpre, rdec, args, ref_kw=None):
     """On failure: (1) compare both sides with an f64 reference to say which one is off; (2) report router
     near-ties (a flipped expert choice explains a large but legitimate difference); (3) find which deliberately
     wrong reference variant (known pitfalls, nemotron_h.md §8.2) the engine output resembles most."""
     try:
         cfg, tensors = ref.load_checkpoint(model_dir)
-        m64 = ref.NemotronH(cfg, tensors, dtype=torch.float64, fp8_static=fp8_static)
+        m64 = ref.NemotronH(cfg, tensors, dtype=torch.float64, **(ref_kw or {}))
         m64.route_gaps = []
         p64, _, d64 = ref.greedy(m64, prompt, args.gen, force_tokens=etoks)
 
@@ -298,7 +317,7 @@ def diagnose(case, model_dir, prompt, etoks, epre, edec, rpre, rdec, args, fp8_s
             scores = []
             for var in sorted(ref.NemotronH.VARIANTS):
                 try:
-                    mv = ref.NemotronH(cfg, tensors, dtype=torch.float32, variants=[var], fp8_static=fp8_static)
+                    mv = ref.NemotronH(cfg, tensors, dtype=torch.float32, variants=[var], **(ref_kw or {}))
                     vp, _, vd = ref.greedy(mv, prompt, args.gen, force_tokens=etoks)
                     scores.append((err(epre, edec, vp, vd), var))
                 except Exception:  # noqa: BLE001
@@ -505,16 +524,22 @@ def main(argv=None):
                             "\n".join("    | " + l for l in out.splitlines()[-15:])
                 except subprocess.TimeoutExpired:
                     setup_err = f"synth timed out: {' '.join(cmd)}"
+            ref_kw = {}
             if setup_err is None:
                 try:
                     cfg, tensors, info = ref.load_checkpoint(mdir, return_info=True)
-                    fp8s = ref.fp8_static_from_info(info) if tgt.get("fp8_static") else None
-                    if tgt.get("fp8_static") and not fp8s:
-                        raise ValueError("no FP8 module with an input_scale: nothing for the W8A8 mode to test")
-                    model32 = ref.NemotronH(cfg, tensors, dtype=torch.float32, fp8_static=fp8s)
+                    if tgt.get("fp8_static"):
+                        ref_kw["fp8_static"] = ref.fp8_static_from_info(info)
+                        if not ref_kw["fp8_static"]:
+                            raise ValueError("no FP8 module with an input_scale: nothing for the W8A8 mode to test")
+                    if tgt.get("bf16_act"):
+                        ref_kw["bf16_act"] = ref.nvfp4_names_from_info(info)
+                        if not ref_kw["bf16_act"]:
+                            raise ValueError("no NVFP4 module: nothing for the bf16-activation mode to test")
+                    model32 = ref.NemotronH(cfg, tensors, dtype=torch.float32, **ref_kw)
                 except Exception as e:  # noqa: BLE001
                     setup_err = f"reference cannot load {mdir}: {e}\n" + traceback.format_exc(limit=3)
-            if tgt.get("fmt") and not tgt.get("fp8_static"):
+            if tgt.get("fmt") and not tgt.get("fp8_static") and not tgt.get("bf16_act"):
                 wcase = Case(f"{name} {tgt['tag']} seed={seed} weights vs dense f32")
                 if setup_err:
                     wcase.fail(setup_err.splitlines()[0])
@@ -536,12 +561,17 @@ def main(argv=None):
                         prompt = prompt_for(args.seed + (seed or 0), L, model32.cfg.V)
                         compare_case(case, args, mdir, model32, prompt,
                                      os.path.join(root, os.path.basename(mdir) + f"-len{L}"),
-                                     dump_args=["--fp8-static-activations"] if tgt.get("fp8_static") else [],
-                                     fp8_static=model32.fp8 if tgt.get("fp8_static") else None,
-                                     contrast=ref.NemotronH(cfg, tensors) if tgt.get("fp8_static") else
+                                     dump_args=(["--fp8-static-activations"] if tgt.get("fp8_static") else []) +
+                                     (["--arith", "bf16"] if tgt.get("bf16_act") else []),
+                                     ref_kw=ref_kw,
+                                     contrast=ref.NemotronH(cfg, tensors)
+                                     if tgt.get("fp8_static") or tgt.get("bf16_act") else
                                      ref.NemotronH(dict(cfg, **tgt["contrast_cfg"]), tensors)
                                      if tgt.get("contrast_cfg") else None,
-                                     contrast_label=tgt.get("contrast_label", "the W8A16 reference"))
+                                     contrast_label=tgt.get("contrast_label",
+                                                            "the f32-activation reference" if tgt.get("bf16_act")
+                                                            else "the W8A16 reference"),
+                                     tol=tgt.get("tol"), flips=tgt.get("flips"))
                     except Exception as e:  # noqa: BLE001
                         case.fail(f"exception: {e}\n" + traceback.format_exc())
                 if case.report():

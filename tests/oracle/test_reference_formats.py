@@ -462,6 +462,7 @@ class Fp8StaticMode(unittest.TestCase):
         m = object.__new__(ref.NemotronH)
         m.fp8 = {"l.weight": (torch.from_numpy(wq), ws, xs)}
         m.fp8_stats = {}
+        m.bf16_act = frozenset()
         m.t = {"l.weight": torch.from_numpy(wq * np.float32(ws))}
         x = torch.tensor([[1.0, -3.3, 22.4, 30.0, 0.0001]], dtype=torch.float32)
         y = float(m.lin(x, "l.weight")[0, 0])
@@ -470,6 +471,32 @@ class Fp8StaticMode(unittest.TestCase):
         self.assertEqual(m.fp8_stats["l.weight"], [5, 1])               # 30/0.05 = 600 was clamped
         y16 = float((x @ m.t["l.weight"].t())[0, 0])                     # W8A16: activations untouched
         self.assertGreater(abs(y - y16), 1e-3 * abs(y16))
+
+    def test_bf16_activation_linear_tv(self):
+        """The bf16-activation mode (engine --arith bf16, docs/FORMATS.md 2.1) through the reference's linear: inputs
+        rounded to bf16 to nearest even, |x| < 2^-100 -> +0; hand-computed values."""
+        import torch
+        import nemotron_ref as ref
+        x = np.array([1 / 3, 1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8 + 2 ** -20), 2 ** -101, -(2 ** -99),
+                      65504.0], dtype=np.float32)
+        want = [0.333984375,    # 0x3EAB: 1/3 = 0x3EAAAAAB rounds up
+                1.0,            # tie, to even (mantissa 0000000)
+                1.015625,       # tie between 1+2^-7 (odd) and 1+2^-6 (even)
+                -1.0078125,     # just above the tie: away from zero
+                0.0,            # below 2^-100: flushed
+                -(2 ** -99),    # above it: exact, kept
+                65536.0]        # 0x477FE0 -> 0x4780 (mantissa carry into the exponent)
+        got = ref.round_bf16_activation(torch.from_numpy(x)).numpy()
+        self.assertEqual(got.tolist(), want)
+        m = object.__new__(ref.NemotronH)
+        m.fp8, m.fp8_stats, m.bf16_act = {}, {}, frozenset({"l.weight"})
+        w = np.array([[1.0, 2.0, 4.0, -8.0, 1.0, 1.0, 0.5]], dtype=np.float32)
+        m.t = {"l.weight": torch.from_numpy(w)}
+        y = float(m.lin(torch.from_numpy(x)[None], "l.weight")[0, 0])
+        exact = float(np.dot(np.array(want, np.float64), w[0].astype(np.float64)))
+        self.assertAlmostEqual(y, exact, delta=2 ** -23 * 4 * abs(exact))  # a few f32 roundings of the sum
+        m.bf16_act = frozenset()                                        # the f32 mode leaves x alone
+        self.assertNotEqual(float(m.lin(torch.from_numpy(x)[None], "l.weight")[0, 0]), y)
 
 
 def run(verbosity=1):

@@ -23,6 +23,7 @@ struct Target {
   io::DType dtype = io::DType::BF16;  // Dense: every tensor's dtype
   model::KvDtype kv = model::KvDtype::F32;
   bool w8a8 = false;  // ModelOpt: FP8 layers quantize their inputs with the static input_scale
+  kernels::Arith arith = kernels::Arith::F32;  // NVFP4 layers' arithmetic (--arith)
 };
 
 // e.g. tiny_a_F32, tiny_q_modelopt_w8a8_kvfp8 (a gtest name).
@@ -31,6 +32,7 @@ inline std::string target_id(const Target& t) {
                   (t.format == synth::SynthFormat::Dense ? io::dtype_name(t.dtype)
                                                          : synth::synth_format_name(t.format));
   if (t.w8a8) s += "_w8a8";
+  if (t.arith != kernels::Arith::F32) s += std::string("_act") + kernels::arith_name(t.arith);
   if (t.kv != model::KvDtype::F32) s += std::string("_kv") + model::kv_dtype_name(t.kv);
   for (auto& ch : s)
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -59,13 +61,15 @@ inline model::NemotronH& load_target(const Target& t, uint64_t seed) {
       o.dtype = t.dtype;
       synth::write_checkpoint(synth::preset_config(t.preset), d->path(), o);
     }
-    m = model::NemotronH::load(d->path(), {.fp8_static_activations = t.w8a8, .kv_dtype = t.kv});
+    m = model::NemotronH::load(
+        d->path(), {.fp8_static_activations = t.w8a8, .kv_dtype = t.kv, .nvfp4_arith = t.arith});
   }
   return *m;
 }
 
 // tiny-q (every width a multiple of 64) in every quantized format — ModelOpt NVFP4 + FP8, the
-// same with W8A8 static activations, MLX 4- and 8-bit — with every KV-cache dtype.
+// same with W8A8 static activations, MLX 4- and 8-bit — with every KV-cache dtype; and ModelOpt
+// with bf16 activations in its NVFP4 layers (--arith bf16), alone and with W8A8 and an FP8 cache.
 inline std::vector<Target> quantized_targets() {
   using F = synth::SynthFormat;
   std::vector<Target> v;
@@ -75,6 +79,12 @@ inline std::vector<Target> quantized_targets() {
     v.push_back({.preset = "tiny-q", .format = F::Mlx4, .kv = kv});
     v.push_back({.preset = "tiny-q", .format = F::Mlx8, .kv = kv});
   }
+  v.push_back({.preset = "tiny-q", .format = F::ModelOpt, .arith = kernels::Arith::Bf16});
+  v.push_back({.preset = "tiny-q",
+               .format = F::ModelOpt,
+               .kv = model::KvDtype::FP8,
+               .w8a8 = true,
+               .arith = kernels::Arith::Bf16});
   return v;
 }
 

@@ -121,6 +121,19 @@ def load_checkpoint(model_dir, return_info=False):
     return cfg, tensors
 
 
+def nvfp4_names_from_info(info):
+    """The weight names stored as NVFP4 - the layers whose inputs the bf16-activation mode rounds
+    (engine `--arith bf16`, formats.md §2.1)."""
+    return {name for name, ent in info.items() if ent.get("format") == "nvfp4"}
+
+
+def round_bf16_activation(x):
+    """The bf16-activation mode's input rounding: to bf16, round to nearest even (torch's conversion), then
+    |x| < 2^-100 -> +0 (the engine's flush: no product or partial sum is ever subnormal)."""
+    r = x.to(torch.bfloat16).to(x.dtype)
+    return torch.where(x.abs() < 2.0 ** -100, torch.zeros_like(r), r)
+
+
 def fp8_static_from_info(info):
     """{weight name: (E4M3 values [o,i] torch f32, weight_scale, input_scale)} for every FP8 module with an
     input_scale - the inputs of the W8A8 static-activation parity mode (formats.md §3.3)."""
@@ -373,13 +386,16 @@ class NemotronH:
         "tied_head": "lm_head replaced by the embedding matrix",
     }
 
-    def __init__(self, cfg_dict, tensors, dtype=torch.float32, variants=(), fp8_static=None):
+    def __init__(self, cfg_dict, tensors, dtype=torch.float32, variants=(), fp8_static=None, bf16_act=None):
         self.cfg = Config(cfg_dict)
         self.dtype = dtype
         # W8A8 static-activation parity mode (formats.md §3.3): {weight name: (E4M3 values, weight_scale,
         # input_scale)}; None/empty = W8A16 (dequantized weights, f32 activations), the project default.
         self.fp8 = {k: (wq.to(dtype), ws, xs) for k, (wq, ws, xs) in (fp8_static or {}).items()}
         self.fp8_stats = {}   # weight name -> [activations quantized, of which clamped at +-448]
+        # bf16-activation mode (engine --arith bf16): the weight names whose inputs are rounded to bf16 first
+        # (nvfp4_names_from_info); None/empty = f32 activations everywhere, the project default.
+        self.bf16_act = frozenset(bf16_act or ())
         self.v = frozenset(variants)
         self.scan_chunk = None   # None: sequential scan (the oracle); Q: chunked SSD with chunk Q (training)
         self.route_gaps = None   # set to a list to record (layer prefix, min top-k selection margin) per call
@@ -405,8 +421,11 @@ class NemotronH:
         self._check_shapes()
 
     def lin(self, x, name):
-        """x @ W(name)^T; for FP8 modules in W8A8 parity mode: x_q = E4M3_RNE(clamp(x / input_scale, +-448)),
-        y = ((x_q @ W_q^T) * input_scale) * weight_scale."""
+        """x @ W(name)^T - every weight product of the model goes through here. For FP8 modules in W8A8 parity
+        mode: x_q = E4M3_RNE(clamp(x / input_scale, +-448)), y = ((x_q @ W_q^T) * input_scale) * weight_scale.
+        For the modules of the bf16-activation mode: round_bf16_activation(x) @ W^T."""
+        if name in self.bf16_act:
+            x = round_bf16_activation(x)
         if name in self.fp8:
             wq, ws, xs = self.fp8[name]
             xd = (x / torch.tensor(xs, dtype=x.dtype)).detach().cpu().numpy()
@@ -524,9 +543,9 @@ class NemotronH:
         c = self.cfg
         p = prefix if prefix is not None else f"backbone.layers.{i}.mixer."
         T = hn.shape[0]
-        q = (hn @ self.W(p + "q_proj.weight").t()).reshape(T, c.HQ, c.HD)
-        k = (hn @ self.W(p + "k_proj.weight").t()).reshape(T, c.HKV, c.HD)
-        v = (hn @ self.W(p + "v_proj.weight").t()).reshape(T, c.HKV, c.HD)
+        q = self.lin(hn, p + "q_proj.weight").reshape(T, c.HQ, c.HD)
+        k = self.lin(hn, p + "k_proj.weight").reshape(T, c.HKV, c.HD)
+        v = self.lin(hn, p + "v_proj.weight").reshape(T, c.HKV, c.HD)
         past = 0 if ls.k is None else ls.k.shape[0]
         ls.k = k if ls.k is None else torch.cat([ls.k, k], 0)
         ls.v = v if ls.v is None else torch.cat([ls.v, v], 0)
@@ -545,18 +564,19 @@ class NemotronH:
         s = s.masked_fill((lpos > tpos)[None], float("-inf"))
         pr = torch.softmax(s, dim=-1)
         o = torch.einsum("htl,lhd->thd", pr, vv).reshape(T, c.HQ * c.HD)
-        return o @ self.W(p + "o_proj.weight").t()
+        return self.lin(o, p + "o_proj.weight")
 
-    def relu2_mlp(self, x, up, down):
-        a = torch.relu(x @ up.t())
+    def relu2_mlp(self, x, p):
+        """The relu^2 MLP of weights p + up_proj / down_proj (experts, shared expert, dense MLP layers)."""
+        a = torch.relu(self.lin(x, p + "up_proj.weight"))
         if "relu_not_squared" in self.v:
-            return a @ down.t()
-        return (a * a) @ down.t()
+            return self.lin(a, p + "down_proj.weight")
+        return self.lin(a * a, p + "down_proj.weight")
 
     def route(self, hn, p):
         """Returns (idx [T,k] ascending expert index, weights [T,k]) - nemotron_h.md §5.2."""
         c = self.cfg
-        logits = hn @ self.W(p + "gate.weight").t()              # [T, E]
+        logits = self.lin(hn, p + "gate.weight")                 # [T, E]
         s = torch.softmax(logits, dim=-1) if "router_softmax" in self.v else torch.sigmoid(logits)
         bias_name = p + "gate.e_score_correction_bias"
         sel = s + self.t[bias_name] if bias_name in self.t else s.clone()
@@ -590,7 +610,7 @@ class NemotronH:
         idx, w = self.route(hn, p)
         xin = hn
         if c.latent:
-            xin = hn @ self.W(p + "fc1_latent_proj.weight").t()
+            xin = self.lin(hn, p + "fc1_latent_proj.weight")
         routed = torch.zeros(T, xin.shape[1], dtype=self.dtype)
         # loop experts ascending: each token receives its contributions in ascending expert order
         for e in range(c.E):
@@ -599,21 +619,19 @@ class NemotronH:
             if rows.numel() == 0:
                 continue
             we = (w * hit).sum(dim=1)[rows]                       # exactly one hit per row
-            out = self.relu2_mlp(xin[rows], self.W(p + f"experts.{e}.up_proj.weight"),
-                                 self.W(p + f"experts.{e}.down_proj.weight"))
+            out = self.relu2_mlp(xin[rows], p + f"experts.{e}.")
             routed[rows] = routed[rows] + we[:, None] * out
         if c.latent:
-            routed = routed @ self.W(p + "fc2_latent_proj.weight").t()
+            routed = self.lin(routed, p + "fc2_latent_proj.weight")
         o = routed
         if (c.n_shared > 0 and p + "shared_experts.up_proj.weight" in self.t
                 and "no_shared_expert" not in self.v):
-            o = o + self.relu2_mlp(hn, self.W(p + "shared_experts.up_proj.weight"),
-                                   self.W(p + "shared_experts.down_proj.weight"))
+            o = o + self.relu2_mlp(hn, p + "shared_experts.")
         return o
 
     def mlp(self, i, hn):
         p = f"backbone.layers.{i}.mixer."
-        return self.relu2_mlp(hn, self.W(p + "up_proj.weight"), self.W(p + "down_proj.weight"))
+        return self.relu2_mlp(hn, p)
 
     def norm(self, x, name):
         w = self.W(name)
@@ -656,7 +674,7 @@ class NemotronH:
         return self.norm(h, "backbone.norm_f.weight")
 
     def logits(self, hf):
-        return hf @ self.W("lm_head.weight").t()
+        return self.lin(hf, "lm_head.weight")
 
     def forward(self, ids, state):
         return self.logits(self.hidden(ids, state))
@@ -675,7 +693,7 @@ class NemotronH:
         p0 = "mtp.layers.0."
         x = torch.cat([rmsnorm(e, self.W(p0 + "enorm.weight"), c.eps),
                        rmsnorm(h_postnorm.to(self.dtype), self.W(p0 + "hnorm.weight"), c.eps)], dim=1)
-        x = x @ self.W(p0 + "eh_proj.weight").t()
+        x = self.lin(x, p0 + "eh_proj.weight")
         nsub = len(c.mtp_kinds)
         for j, kind in enumerate(c.mtp_kinds):
             p = f"mtp.layers.{j}."
@@ -685,7 +703,7 @@ class NemotronH:
             elif kind == "E":
                 o = self.moe(None, hn, prefix=p + "mixer.")
             elif kind == "-":
-                o = self.relu2_mlp(hn, self.W(p + "mixer.up_proj.weight"), self.W(p + "mixer.down_proj.weight"))
+                o = self.relu2_mlp(hn, p + "mixer.")
             else:
                 raise NotImplementedError("Mamba sub-layer in MTP module")
             x = x + o
