@@ -53,6 +53,14 @@ with tempfile.TemporaryDirectory() as d:
     check("--no-mmap same tokens (ModelOpt shards)",
           all(o.returncode == 0 for o in outs) and outs[0].stdout == outs[1].stdout and len(outs[0].stdout.split()) == 16,
           repr([(o.stdout, o.stderr[-200:]) for o in outs]))
+    # --arith bf16 on the ModelOpt checkpoint: speculation (MTP) gives the plain bf16 tokens bit for bit;
+    # bench reports the arithmetic; a value other than f32/bf16 is a usage error naming the option.
+    r = run(["run", "-m", mq, "--ids", "4,5,6", "-n", "16", "--arith", "bf16", "--spec", "mtp", "--vs-plain"])
+    check("--arith bf16 mtp lossless", r.returncode == 0 and "bitwise" in r.stderr, r.stdout + r.stderr[-300:])
+    r = run(["bench", "-m", mq, "--prompt-tokens", "4", "--gen", "2", "--json", "--arith", "bf16"])
+    check("bench --arith bf16", r.returncode == 0 and json.loads(r.stdout).get("arith") == "bf16", r.stderr[-300:])
+    r = run(["run", "-m", mq, "--ids", "1", "--arith", "fp16"])
+    check("usage error --arith fp16", r.returncode == 2 and "--arith" in r.stderr, f"rc={r.returncode} {r.stderr!r}")
     for spec in ("ngram", "mtp", "auto"):
         r = run(["run", "-m", m, "--ids", "4,5,6,4,5,6", "-n", "24", "--spec", spec, "--draft-max", "4",
                  "--spec-stats"])
