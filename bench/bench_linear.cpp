@@ -95,9 +95,10 @@ void run(benchmark::State& st, WeightFormat f, int64_t rows, int64_t cols,
   set_active_isa(isa);
   if (arith == Arith::F32)
     st.SetLabel(isa_name(isa));
-  else  // the bf16 arithmetic has one SIMD kernel (AVX512_BF16); elsewhere the scalar reference
-    st.SetLabel(isa >= Isa::Avx512 && cpu_has_avx512_bf16() ? "avx512 bf16 (vdpbf16ps)"
-                                                            : "bf16 reference");
+  else  // the bf16 arithmetic: VDPBF16PS where verified, else AVX2 FMAs in the same order
+    st.SetLabel(isa >= Isa::Avx512 && bf16_kernel_verified() ? "avx512 bf16 (vdpbf16ps)"
+                : isa >= Isa::Avx2                           ? "avx2 bf16 (fma)"
+                                                             : "bf16 reference");
   // Activations and outputs 64-byte aligned, as the engine's buffers are (a std::vector's 16-byte
   // alignment splits every 64-byte activation load across two cache lines).
   nemo::Buffer<float> x(size_t(n * cols)), y(size_t(n * rows));
@@ -187,10 +188,11 @@ void args(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 
-// Arith::Bf16 where it has a kernel (AVX512_BF16): ISA 2 only, up to 8 rows.
+// Arith::Bf16's kernels (AVX2, AVX512_BF16), up to 8 rows.
 void args_bf16(benchmark::internal::Benchmark* b) {
   for (int rows : {1, 2, 3, 4, 5, 8})
-    for (int threads : {1, 2}) b->Args({rows, threads, 2});
+    for (int threads : {1, 2})
+      for (int isa : {1, 2}) b->Args({rows, threads, isa});
   b->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 

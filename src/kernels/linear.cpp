@@ -234,8 +234,8 @@ RangeFn select_range_fn(const PackedWeight& w, Isa isa) {
   if (w.format != WeightFormat::NVFP4)
     fail("linear: bf16 activations are implemented for nvfp4 weights only, not {}",
          weight_format_name(w.format));
-  return isa >= Isa::Avx512 && bf16_kernel_verified() ? range_nvfp4_bf16_avx512
-                                                      : range_nvfp4_bf16_ref;
+  if (isa >= Isa::Avx512 && bf16_kernel_verified()) return range_nvfp4_bf16_avx512;
+  return isa >= Isa::Avx2 ? range_nvfp4_bf16_avx2 : range_nvfp4_bf16_ref;
 }
 }  // namespace detail
 

@@ -64,11 +64,12 @@ Isa active_isa();
 void set_active_isa(Isa isa);  // for tests/benchmarks; clamps to what the CPU supports
 const char* isa_name(Isa isa);
 // AVX512_BF16 (VDPBF16PS): Arith::Bf16 runs its own kernel at Isa::Avx512 where the CPU has it
-// and bf16_kernel_verified(), the scalar reference otherwise.
+// and bf16_kernel_verified(); else the AVX2 kernel (the same fused multiply-adds in f32), else
+// the scalar reference.
 bool cpu_has_avx512_bf16();
 // The CPU has AVX512_BF16 and the kernel built on it gave the scalar reference's bits in a
 // self-check run once per process (the instruction's summation order is what the kernel's
-// definition rests on; a CPU that summed otherwise would fall back to the reference, not drift).
+// definition rests on; a CPU that summed otherwise would fall back to AVX2, not drift).
 bool bf16_kernel_verified();
 
 // y[r * y_stride + o] for r < n_rows, o < w.rows. Threads split o.

@@ -28,6 +28,8 @@ void range_nvfp4_avx512(const PackedWeight&, const float*, int64_t, int64_t, flo
 void dequantize_row_nvfp4(const PackedWeight& w, int64_t o, float* out);
 void range_nvfp4_bf16_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                           int64_t, int64_t);
+void range_nvfp4_bf16_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
+                           int64_t, int64_t);
 void range_nvfp4_bf16_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                              int64_t, int64_t);
 // Does range_nvfp4_bf16_avx512 give the reference's bits on this CPU? (Call only where

@@ -95,20 +95,24 @@ struct Nvfp4Avx2 : Nvfp4Ref {
     if ((k & 1023) == 0)
       _mm_prefetch(reinterpret_cast<const char*>(rs + ahead * (K / 16) + (k >> 4)), _MM_HINT_T0);
   }
-  // Constants are literals (not members) so the four decoders of a tile share their registers.
-  void decode16(int64_t k, __m256& w0, __m256& w1) const {
+  // The 16 codes at p as int8 2*E2M1, in each 128-bit lane: bytes 0-7 = elements 0, 2, .., 14;
+  // bytes 8-15 = 1, 3, .., 15. Constants are literals (not members) so the four decoders of a
+  // tile share their registers.
+  static __m256i twice_e2m1(const uint8_t* p) {
     const __m256i lut =
         _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,  //
                          0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-    // Per lane after the shift: bytes 0-7 = codes of elements 0,2,..,14; bytes 8-15 = 1,3,..,15.
+    int64_t q;
+    std::memcpy(&q, p, 8);
+    const __m256i b = _mm256_srlv_epi64(_mm256_set1_epi64x(q), _mm256_setr_epi64x(0, 4, 0, 4));
+    return _mm256_shuffle_epi8(lut, _mm256_and_si256(b, _mm256_set1_epi8(0x0F)));
+  }
+  void decode16(int64_t k, __m256& w0, __m256& w1) const {
     const __m256i place0 =
         _mm256_setr_epi32(top(0), top(8), top(1), top(9), top(2), top(10), top(3), top(11));
     const __m256i place1 =
         _mm256_setr_epi32(top(4), top(12), top(5), top(13), top(6), top(14), top(7), top(15));
-    int64_t q;
-    std::memcpy(&q, rd + (k >> 1), 8);
-    const __m256i b = _mm256_srlv_epi64(_mm256_set1_epi64x(q), _mm256_setr_epi64x(0, 4, 0, 4));
-    const __m256i v = _mm256_shuffle_epi8(lut, _mm256_and_si256(b, _mm256_set1_epi8(0x0F)));
+    const __m256i v = twice_e2m1(rd + (k >> 1));
     const __m256 s = _mm256_broadcast_ss(scaled + rs[k >> 4]);
     w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, place0)), s);
     w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, place1)), s);
@@ -361,6 +365,126 @@ void range_nvfp4_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_ro
       packed::with_row_tile(n_rows - r,
                             [&]<int R>() { rows_bf16<R>(w, xr, tr, yr, y_stride, o0, o1); });
     }
+  }
+}
+
+#pragma GCC pop_options
+
+// ---- bf16 activations on AVX2 (no VDPBF16PS): the same fused multiply-adds in f32 ----
+// Lane l of the order above takes the two nibbles of one code byte, byte(l) = kLaneByte[l]: the
+// odd (high) element first, then the even one. Here a ymm holds the lanes of 8 consecutive bytes,
+// i.e. of one scale block: A = bytes 0-7 (block 0), B = bytes 8-15 (block 1), so a block's 8 E2M1
+// magnitudes times its scale (exact) make one VPERMPS table, and the sign is the nibble's bit 3.
+// The activations are laid out once per row as [odd A, even A, odd B, even B] x 8 per chunk; the
+// lanes go back to the order's positions only in the finish.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+namespace {
+constexpr std::array<int, 16> kLaneByte = [] {
+  std::array<int, 16> a{};
+  for (int l = 0; l < 16; ++l) a[size_t(l)] = bf16_word_element(2 * l) / 2;
+  return a;
+}();
+
+// x~ of one row: chunk c at 32 c as [x~(2p+1), x~(2p), x~(16+2p+1), x~(16+2p)] for p = 0..7;
+// the tail [K32, K) as x~ in k order after the chunks.
+inline void lay_row_bf16_avx2(const float* x, int64_t K, float* out) {
+  const int64_t K32 = K - K % 32;
+  for (int64_t k0 = 0; k0 < K32; k0 += 32)
+    for (int h = 0; h < 2; ++h)
+      for (int p = 0; p < 8; ++p) {
+        out[k0 + 16 * h + p] = round_activation_bf16(x[k0 + 16 * h + 2 * p + 1]);
+        out[k0 + 16 * h + 8 + p] = round_activation_bf16(x[k0 + 16 * h + 2 * p]);
+      }
+  for (int64_t k = K32; k < K; ++k) out[k] = round_activation_bf16(x[k]);
+}
+
+// One block's 8 lanes: w'(odd) then w'(even) of each byte into acc, for R rows. The decode is
+// Nvfp4Avx2::decode16's (2*E2M1 as int8 in the top byte of a dword, converted exactly, times
+// E4M3 * 2^-25), with the placing shuffles picking the even and the odd elements instead.
+template <int R>
+inline void block_bf16_avx2(const uint8_t* codes, const float* scale_2m25, const float* const* xr,
+                            int64_t off, __m256* acc) {
+  const __m256i even =
+      _mm256_setr_epi32(top(0), top(1), top(2), top(3), top(4), top(5), top(6), top(7));
+  const __m256i odd =
+      _mm256_setr_epi32(top(8), top(9), top(10), top(11), top(12), top(13), top(14), top(15));
+  const __m256i v = Nvfp4Avx2::twice_e2m1(codes);
+  const __m256 s = _mm256_broadcast_ss(scale_2m25);
+  const __m256 w_odd = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, odd)), s);
+  const __m256 w_even = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, even)), s);
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_fmadd_ps(w_odd, _mm256_loadu_ps(xr[r] + off), acc[r]);
+    acc[r] = _mm256_fmadd_ps(w_even, _mm256_loadu_ps(xr[r] + off + 8), acc[r]);
+  }
+}
+
+// R rows (laid out by lay_row_bf16_avx2, stride K) x O outputs [o, o + O). Each chunk is two
+// dependent FMAs per accumulator, so 1-2 rows take two outputs to keep enough chains in flight.
+template <int R, int O>
+inline void tile_bf16_avx2(const PackedWeight& w, const float* xl, float* y, int64_t ys,
+                           int64_t o) {
+  const int64_t K = w.cols, K32 = K - K % 32;
+  Nvfp4Avx2 d[O];
+  for (int j = 0; j < O; ++j) {
+    d[j].init(w);
+    d[j].row(o + j);
+  }
+  const float* xr[R];
+  for (int r = 0; r < R; ++r) xr[r] = xl + r * K;
+  __m256 a[O][R], b[O][R];
+  for (int j = 0; j < O; ++j)
+    for (int r = 0; r < R; ++r) a[j][r] = b[j][r] = _mm256_setzero_ps();
+  for (int64_t k0 = 0; k0 < K32; k0 += 32) {
+    for (int j = 0; j < O; ++j) {
+      if ((k0 & 127) == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(d[j].rd + O * (K / 2) + k0 / 2), _MM_HINT_T0);
+      block_bf16_avx2<R>(d[j].rd + k0 / 2, d[j].scaled + d[j].rs[k0 / 16], xr, k0, a[j]);
+      block_bf16_avx2<R>(d[j].rd + k0 / 2 + 8, d[j].scaled + d[j].rs[k0 / 16 + 1], xr, k0 + 16,
+                         b[j]);
+    }
+  }
+  alignas(32) float by_byte[O][R][16];
+  for (int j = 0; j < O; ++j)
+    for (int r = 0; r < R; ++r) {
+      _mm256_store_ps(by_byte[j][r], a[j][r]);
+      _mm256_store_ps(by_byte[j][r] + 8, b[j][r]);
+    }
+  for (int j = 0; j < O; ++j)
+    for (int r = 0; r < R; ++r) {
+      float v[8];
+      for (int l = 0; l < 8; ++l)
+        v[l] = by_byte[j][r][kLaneByte[size_t(l)]] + by_byte[j][r][kLaneByte[size_t(l + 8)]];
+      float t = 0.0f;
+      for (int64_t k = K32; k < K; ++k) t = std::fma(d[j].at(k), xr[r][k], t);
+      y[r * ys + o + j] = (hsum8_fixed(v) + t) * d[j].post();
+    }
+}
+
+template <int R>
+inline void rows_bf16_avx2(const PackedWeight& w, const float* xl, float* y, int64_t ys,
+                           int64_t o_begin, int64_t o_end) {
+  int64_t o = o_begin;
+  if constexpr (R <= 2)
+    for (; o + 2 <= o_end; o += 2) tile_bf16_avx2<R, 2>(w, xl, y, ys, o);
+  for (; o < o_end; ++o) tile_bf16_avx2<R, 1>(w, xl, y, ys, o);
+}
+}  // namespace
+
+void range_nvfp4_bf16_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                           float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
+  if (n_rows <= 0 || o_begin >= o_end) return;
+  const int64_t K = w.cols;
+  std::vector<float> xl(size_t(n_rows * K));
+  for (int64_t r = 0; r < n_rows; ++r) lay_row_bf16_avx2(x + r * x_stride, K, xl.data() + r * K);
+  const int64_t ob = n_rows <= 4 ? o_end - o_begin : packed::swept_block_outputs(w);
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
+    const int64_t o1 = std::min(o_end, o0 + ob);
+    for (int64_t r = 0; r < n_rows; r += 4)
+      packed::with_row_tile(n_rows - r, [&]<int R>() {
+        rows_bf16_avx2<R>(w, xl.data() + r * K, y + r * y_stride, y_stride, o0, o1);
+      });
   }
 }
 

@@ -229,20 +229,7 @@ void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x
 
 #pragma GCC pop_options
 
-// ---- AVX-512: weights decoded once per 16 k, in registers, for every row of a tile ----
-// One zmm accumulator holds acc[0..15] of one (row, output) pair, so the canonical order above is
-// the natural one: v = low half + high half, then hsum8_fixed. A tile of R rows x O outputs
-// decodes O 16-weight vectors per k step and issues R*O FMAs with them: the decode cost (the
-// compute-bound part of the packed formats) is paid once per tile instead of once per row, and
-// the weights are read from memory once per output block however many rows share the pass.
-//
-// AVX-512 decoders add: __m512 decode16z(int64_t k) const   // w'[k..k+15]
-//                       optional __m512 decode16z_1(int64_t k) const  // the same values, for
-//                           tiles of 1-2 rows where another instruction mix measured faster
-//                       static constexpr int64_t kWideRows  // rows from which range_wide_z runs
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")
-
+// ---- Row tiles and output blocks (shared by every ISA's kernels; no intrinsics) ----
 // Calls f.template operator()<R>() with R = min(4, rows): a row tile's size as a constant.
 template <class F>
 inline void with_row_tile(int64_t rows, F&& f) {
@@ -264,6 +251,20 @@ inline int64_t swept_block_outputs(const PackedWeight& w) {
   const int64_t row_bytes = std::max<int64_t>(1, w.bytes() / std::max<int64_t>(1, w.rows));
   return std::clamp<int64_t>((64 * 1024) / row_bytes, 4, 1024) & ~int64_t(3);
 }
+
+// ---- AVX-512: weights decoded once per 16 k, in registers, for every row of a tile ----
+// One zmm accumulator holds acc[0..15] of one (row, output) pair, so the canonical order above is
+// the natural one: v = low half + high half, then hsum8_fixed. A tile of R rows x O outputs
+// decodes O 16-weight vectors per k step and issues R*O FMAs with them: the decode cost (the
+// compute-bound part of the packed formats) is paid once per tile instead of once per row, and
+// the weights are read from memory once per output block however many rows share the pass.
+//
+// AVX-512 decoders add: __m512 decode16z(int64_t k) const   // w'[k..k+15]
+//                       optional __m512 decode16z_1(int64_t k) const  // the same values, for
+//                           tiles of 1-2 rows where another instruction mix measured faster
+//                       static constexpr int64_t kWideRows  // rows from which range_wide_z runs
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")
 
 // (r, o) finish from the 16 lanes and the tail sum t: v = low half + high half, hsum8_fixed,
 // + t, * post (the canonical sequence).
