@@ -179,8 +179,8 @@ struct Bench {
     const auto& cfg = m.config();
     std::printf("model      %s (%zu layers: %s)\n", j["model"].get<std::string>().c_str(),
                 cfg.layers.size(), cfg.pattern().c_str());
-    std::printf("threads    %d (%s kernels; NVFP4 arithmetic %s)\n", tc.n_threads,
-                kernels::isa_name(kernels::active_isa()), o.arith.c_str());
+    std::printf("threads    %d (%s kernels; %s)\n", tc.n_threads,
+                kernels::isa_name(kernels::active_isa()), arith_summary(o.arith).c_str());
     std::printf("prefill    %lld tokens: %.2f tok/s\n", (long long)prompt.size(), pf_tps);
     std::printf("decode     %lld tokens: %.2f tok/s (%.3f GB of weights per token -> %.1f GB/s)\n",
                 (long long)o.gen, decode_tok_s, dec_gb, dec_gb * decode_tok_s);

@@ -243,6 +243,7 @@ std::vector<Command> make_serve_command() {
                  "  layers       %s (vocab %lld, hidden %lld)\n"
                  "  weights      %s; %s mapped, RSS %s\n"
                  "  kv cache     %s\n"
+                 "  arithmetic   %s\n"
                  "  tokenizer    %s; chat template %s\n"
                  "  drafter      %s\n"
                  "  speculation  %s%s\n"
@@ -253,6 +254,7 @@ std::vector<Command> make_serve_command() {
                  (long long)m->config().vocab_size, (long long)m->config().hidden_size,
                  weight_formats(*m).c_str(), mib(double(m->weight_bytes())).c_str(),
                  mib(double(current_rss_bytes())).c_str(), f.kv_cache.c_str(),
+                 arith_summary(f.arith).c_str(),
                  codec.has_tokenizer() ? "tokenizer.json" : "byte-level fallback",
                  tmpl ? "yes" : "none (chat completions refused)",
                  draft ? draft->dir().c_str() : "none", engine::spec_mode_name(spec),

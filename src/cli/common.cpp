@@ -191,6 +191,12 @@ kernels::Arith arith_of(const std::string& arith) {
   return a;
 }
 
+std::string arith_summary(const std::string& arith) {
+  if (kernels::parse_arith(arith) == kernels::Arith::F32) return "NVFP4 layers: f32 activations";
+  return fmt::format("NVFP4 layers: bf16 activations ({} kernel)",
+                     kernels::bf16_kernel_name(kernels::active_isa()));
+}
+
 void add_arith_option(CLI::App* s, std::string& arith) {
   s->add_option(
        "--arith", arith,

@@ -91,6 +91,11 @@ bool bf16_kernel_verified() {
   return ok;
 }
 
+const char* bf16_kernel_name(Isa isa) {
+  if (isa >= Isa::Avx512 && bf16_kernel_verified()) return "avx512_bf16";
+  return isa >= Isa::Avx2 ? "avx2" : "reference";
+}
+
 Isa detected_isa() {
   static const Isa isa = [] {
     __builtin_cpu_init();
@@ -229,7 +234,7 @@ RangeFn select_range_fn(WeightFormat f, Isa isa) {
   }
 }
 
-RangeFn select_range_fn(const PackedWeight& w, Isa isa) {
+RangeFn select_range_fn(const PackedWeight& w, Isa isa) {  // (bf16_kernel_name follows it)
   if (w.arith == Arith::F32) return select_range_fn(w.format, isa);
   if (w.format != WeightFormat::NVFP4)
     fail("linear: bf16 activations are implemented for nvfp4 weights only, not {}",

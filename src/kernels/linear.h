@@ -71,6 +71,8 @@ bool cpu_has_avx512_bf16();
 // self-check run once per process (the instruction's summation order is what the kernel's
 // definition rests on; a CPU that summed otherwise would fall back to AVX2, not drift).
 bool bf16_kernel_verified();
+// Which kernel Arith::Bf16's NVFP4 products run at `isa`: "avx512_bf16", "avx2" or "reference".
+const char* bf16_kernel_name(Isa isa);
 
 // y[r * y_stride + o] for r < n_rows, o < w.rows. Threads split o.
 void linear(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,

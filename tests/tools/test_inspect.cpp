@@ -11,8 +11,9 @@
 #include "../support/temp_dir.h"
 #include "base/numeric.h"
 #include "io/safetensors.h"
-#include "tools/inspect/inspect.h"
+#include "kernels/linear.h"
 #include "model/state.h"
+#include "tools/inspect/inspect.h"
 #include "tools/synth/synth.h"
 
 using namespace nemo;
@@ -41,7 +42,13 @@ uint64_t sum_values(const json& obj) {
 
 std::vector<inspect::InspectTensor> as_inspect(const std::vector<synth::SynthTensor>& layout) {
   std::vector<inspect::InspectTensor> v;
-  for (const auto& t : layout) v.push_back({.name = t.name, .dtype = t.dtype, .shape = t.shape, .nbytes = 0, .file = {}, .data = nullptr});
+  for (const auto& t : layout)
+    v.push_back({.name = t.name,
+                 .dtype = t.dtype,
+                 .shape = t.shape,
+                 .nbytes = 0,
+                 .file = {},
+                 .data = nullptr});
   return v;
 }
 
@@ -77,7 +84,8 @@ void write_json(const std::string& path, const json& j) {
 }
 
 // Rewrites DIR/model.safetensors: drops `drop` and reshapes `reshape` (to `shape`, zero-filled).
-void rewrite(const std::string& dir, const std::string& drop, const std::string& reshape, std::vector<int64_t> shape) {
+void rewrite(const std::string& dir, const std::string& drop, const std::string& reshape,
+             std::vector<int64_t> shape) {
   const std::string path = dir + "/model.safetensors";
   std::vector<Spec> specs;
   {
@@ -91,7 +99,8 @@ void rewrite(const std::string& dir, const std::string& drop, const std::string&
   write_tensors(path, specs);
 }
 
-inspect::InspectReport synth_report(const std::string& preset, const test::TempDir& d, DType dt, bool mtp = true) {
+inspect::InspectReport synth_report(const std::string& preset, const test::TempDir& d, DType dt,
+                                    bool mtp = true) {
   synth::SynthOptions o;
   o.dtype = dt;
   o.mtp = mtp;
@@ -104,7 +113,8 @@ inspect::InspectReport synth_report(const std::string& preset, const test::TempD
 TEST(Inspect, LightningLayoutCounts) {
   const io::ModelConfig c = synth::preset_config("lightning");
   const auto tensors = as_inspect(synth::checkpoint_layout(c, {}));
-  const inspect::InspectReport r = inspect::inspect_target(c, io::QuantConfig{}, tensors, "lightning-layout");
+  const inspect::InspectReport r =
+      inspect::inspect_target(c, io::QuantConfig{}, tensors, "lightning-layout");
   EXPECT_TRUE(r.runnable()) << join(r.problems);
   const auto& p = r.params;
   // Spec nemotron_h.md §7: ≈31.6 B total, ≈3.2–3.6 B active depending on the embedding.
@@ -125,10 +135,12 @@ TEST(Inspect, LightningLayoutCounts) {
   EXPECT_EQ(r.mtp.sublayers, "*E");
   EXPECT_EQ(r.modules_by_format.at("bf16"), [&] {
     int64_t n = 0;
-    for (const auto& t : tensors) n += t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+    for (const auto& t : tensors)
+      n += t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
     return n;
   }());
-  // State: 23 Mamba layers × (3 conv rows × 6144 + 64·64·128 SSM) f32; 6 attention layers × K,V 2·128 f32.
+  // State: 23 Mamba layers × (3 conv rows × 6144 + 64·64·128 SSM) f32; 6 attention layers × K,V
+  // 2·128 f32.
   EXPECT_EQ(r.state.mamba_conv, 23ull * 3 * 6144 * 4);
   EXPECT_EQ(r.state.mamba_ssm, 23ull * 64 * 64 * 128 * 4);
   EXPECT_EQ(r.state.kv_per_token, 6ull * 2 * 2 * 128 * 4);
@@ -164,7 +176,8 @@ TEST_P(InspectSynth, JsonFields) {
   EXPECT_EQ(j["tensors"]["count"].get<size_t>(), st.names().size());
   EXPECT_EQ(sum_values(j["formats"]["bytes"]), st.total_bytes());
   EXPECT_EQ(j["tensors"]["unused_count"], 0);
-  EXPECT_EQ(j["tensors"]["used_bytes"].get<uint64_t>() + j["mtp"]["bytes"].get<uint64_t>(), st.total_bytes());
+  EXPECT_EQ(j["tensors"]["used_bytes"].get<uint64_t>() + j["mtp"]["bytes"].get<uint64_t>(),
+            st.total_bytes());
 
   // Params: dense, so every element of every tensor is a parameter.
   int64_t backbone = 0, mtp = 0;
@@ -183,8 +196,9 @@ TEST_P(InspectSynth, JsonFields) {
   const model::SequenceState s(c);
   EXPECT_EQ(j["state"]["fixed_bytes"].get<size_t>(), s.fixed_bytes());
   EXPECT_EQ(j["state"]["kv_bytes_per_token"].get<size_t>(), s.kv_bytes_per_token());
-  EXPECT_EQ(j["memory"]["resident_bytes"].get<uint64_t>(),
-            j["tensors"]["used_bytes"].get<uint64_t>() + s.fixed_bytes() + 100 * s.kv_bytes_per_token());
+  EXPECT_EQ(
+      j["memory"]["resident_bytes"].get<uint64_t>(),
+      j["tensors"]["used_bytes"].get<uint64_t>() + s.fixed_bytes() + 100 * s.kv_bytes_per_token());
   EXPECT_FALSE(inspect::to_text(r).empty());
 }
 
@@ -196,11 +210,13 @@ TEST(Inspect, MissingAndMisshapenTensors) {
   test::TempDir d;
   synth_report("tiny-a", d, DType::BF16);
   const io::ModelConfig c = synth::preset_config("tiny-a");
-  rewrite(d.path(), "backbone.layers.0.mixer.out_proj.weight", "backbone.layers.1.mixer.k_proj.weight",
+  rewrite(d.path(), "backbone.layers.0.mixer.out_proj.weight",
+          "backbone.layers.1.mixer.k_proj.weight",
           {c.num_key_value_heads * c.head_dim + 1, c.hidden_size});
   const inspect::InspectReport r = inspect::inspect_dir(d.path());
   EXPECT_FALSE(r.runnable());
-  EXPECT_TRUE(mentions(r.problems, "missing tensor backbone.layers.0.mixer.out_proj.weight")) << join(r.problems);
+  EXPECT_TRUE(mentions(r.problems, "missing tensor backbone.layers.0.mixer.out_proj.weight"))
+      << join(r.problems);
   EXPECT_TRUE(mentions(r.problems, "backbone.layers.1.mixer.k_proj")) << join(r.problems);
   const json j = inspect::to_json(r);
   EXPECT_FALSE(j["runnable"].get<bool>());
@@ -246,7 +262,8 @@ TEST(Inspect, NotACheckpoint) {
   inspect::InspectReport r = inspect::inspect_dir(d.path());
   EXPECT_FALSE(r.runnable());
   EXPECT_TRUE(mentions(r.problems, "config.json")) << join(r.problems);
-  write_json(d.file("config.json"), {{"model_type", "llama"}, {"architectures", {"LlamaForCausalLM"}}});
+  write_json(d.file("config.json"),
+             {{"model_type", "llama"}, {"architectures", {"LlamaForCausalLM"}}});
   r = inspect::inspect_dir(d.path());
   EXPECT_TRUE(mentions(r.problems, "unrecognised checkpoint")) << join(r.problems);
   EXPECT_EQ(inspect::to_json(r)["kind"], "unknown");
@@ -264,7 +281,8 @@ io::ModelConfig e_config() {
   return c;
 }
 
-void write_config(const std::string& dir, const io::ModelConfig& c, const json& extra = json::object()) {
+void write_config(const std::string& dir, const io::ModelConfig& c,
+                  const json& extra = json::object()) {
   json j = io::model_config_to_json(c);
   for (const auto& [k, v] : extra.items()) j[k] = v;
   write_json(dir + "/config.json", j);
@@ -323,8 +341,10 @@ TEST(Inspect, HandBuiltNvfp4) {
     dense += n;
   }
   EXPECT_EQ(r.params.total, dense);
-  const uint64_t routed = uint64_t(c.n_routed_experts * 2 * c.moe_intermediate_size * c.hidden_size);
-  EXPECT_EQ(r.bytes_by_format.at("nvfp4"), routed / 2 + routed / 16 + uint64_t(2 * c.n_routed_experts) * 4);
+  const uint64_t routed =
+      uint64_t(c.n_routed_experts * 2 * c.moe_intermediate_size * c.hidden_size);
+  EXPECT_EQ(r.bytes_by_format.at("nvfp4"),
+            routed / 2 + routed / 16 + uint64_t(2 * c.n_routed_experts) * 4);
   EXPECT_EQ(sum_values(j["formats"]["bytes"]), io::TensorStore::open_dir(d.path()).total_bytes());
 }
 
@@ -333,7 +353,8 @@ TEST(Inspect, HandBuiltNvfp4MissingScaleNamesModule) {
   write_nvfp4_e(d.path(), true);
   const inspect::InspectReport r = inspect::inspect_dir(d.path());
   EXPECT_FALSE(r.runnable());
-  EXPECT_TRUE(mentions(r.problems, "backbone.layers.0.mixer.experts.3.down_proj.weight_scale_2")) << join(r.problems);
+  EXPECT_TRUE(mentions(r.problems, "backbone.layers.0.mixer.experts.3.down_proj.weight_scale_2"))
+      << join(r.problems);
 }
 
 TEST(Inspect, HandBuiltMlxSwitchMlp) {
@@ -352,7 +373,8 @@ TEST(Inspect, HandBuiltMlxSwitchMlp) {
     specs.push_back({m + ".biases", DType::BF16, {E, out, in / g}});
   }
   write_tensors(d.file("model.safetensors"), specs);
-  write_config(d.path(), c, {{"quantization", {{"group_size", g}, {"bits", 4}, {"mode", "affine"}}}});
+  write_config(d.path(), c,
+               {{"quantization", {{"group_size", g}, {"bits", 4}, {"mode", "affine"}}}});
   const inspect::InspectReport r = inspect::inspect_dir(d.path());
   ASSERT_TRUE(r.runnable()) << join(r.problems);
   EXPECT_EQ(r.modules_by_format.at("affine4"), 2);
@@ -362,10 +384,13 @@ TEST(Inspect, HandBuiltMlxSwitchMlp) {
   EXPECT_EQ(inspect::to_json(r)["quantization"]["format"], "mlx");
 
   // Stacked experts with the wrong expert count are named.
-  specs.erase(std::remove_if(specs.begin(), specs.end(), [&](const Spec& s) { return s.name.find("fc2") != std::string::npos; }),
-              specs.end());
+  specs.erase(
+      std::remove_if(specs.begin(), specs.end(),
+                     [&](const Spec& s) { return s.name.find("fc2") != std::string::npos; }),
+      specs.end());
   for (const char* s : {".weight", ".scales", ".biases"})
-    specs.push_back({p + "fc2" + s, s[1] == 'w' ? DType::U32 : DType::BF16,
+    specs.push_back({p + "fc2" + s,
+                     s[1] == 'w' ? DType::U32 : DType::BF16,
                      {E - 1, H, s[1] == 'w' ? F * 4 / 32 : F / g}});
   write_tensors(d.file("model.safetensors"), specs);
   const inspect::InspectReport bad = inspect::inspect_dir(d.path());
@@ -400,7 +425,8 @@ void write_dflash(const std::string& dir, const io::ModelConfig& t, std::vector<
                          {"norm.weight", DType::BF16, {H}}};
   for (int i = 0; i < 2; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
-    for (const char* n : {"input_layernorm", "post_attention_layernorm"}) s.push_back({p + n + ".weight", DType::BF16, {H}});
+    for (const char* n : {"input_layernorm", "post_attention_layernorm"})
+      s.push_back({p + n + ".weight", DType::BF16, {H}});
     s.push_back({p + "self_attn.q_proj.weight", DType::BF16, {64, H}});
     s.push_back({p + "self_attn.k_proj.weight", DType::BF16, {32, H}});
     s.push_back({p + "self_attn.v_proj.weight", DType::BF16, {32, H}});
@@ -434,7 +460,8 @@ TEST(Inspect, HandBuiltDrafterPairing) {
   EXPECT_EQ(dj["drafter"]["num_layers"], 2);
   EXPECT_EQ(dj["drafter"]["mask_token_id"], 5);
   EXPECT_TRUE(dj["architecture"].is_null());
-  EXPECT_EQ(sum_values(dj["formats"]["bytes"]), io::TensorStore::open_dir(good.path()).total_bytes());
+  EXPECT_EQ(sum_values(dj["formats"]["bytes"]),
+            io::TensorStore::open_dir(good.path()).total_bytes());
 
   inspect::InspectReport t = inspect::inspect_dir(target.path());
   inspect::pair_drafter(t, inspect::inspect_dir(good.path()));
@@ -476,7 +503,8 @@ TEST(Inspect, SynthFormatsAndDrafters) {
   synth::write_checkpoint(c, dense.path(), o);
   const inspect::InspectReport base = inspect::inspect_dir(dense.path());
   ASSERT_TRUE(base.runnable()) << join(base.problems);
-  for (const auto& [fmt, bucket, algo] : {std::tuple{"modelopt", "nvfp4", "modelopt"}, {"mlx4", "affine4", "mlx"},
+  for (const auto& [fmt, bucket, algo] : {std::tuple{"modelopt", "nvfp4", "modelopt"},
+                                          {"mlx4", "affine4", "mlx"},
                                           {"mlx8", "affine8", "mlx"}}) {
     SCOPED_TRACE(fmt);
     test::TempDir d;
@@ -496,7 +524,15 @@ TEST(Inspect, SynthFormatsAndDrafters) {
       EXPECT_EQ(r.params.mtp_total, base.params.mtp_total);
     }
     EXPECT_EQ(r.state.fixed(), base.state.fixed());
+    // The text names the kernels this CPU runs, and --arith bf16's only where NVFP4 layers exist.
+    const std::string text = inspect::to_text(r);
+    EXPECT_NE(text.find(std::string("kernels      ") + kernels::isa_name(kernels::active_isa())),
+              std::string::npos);
+    EXPECT_EQ(text.find("NVFP4 with --arith bf16: ") != std::string::npos,
+              std::string(bucket) == "nvfp4")
+        << text;
   }
+  EXPECT_EQ(inspect::to_text(base).find("--arith bf16"), std::string::npos);
   for (const char* kind : {"dflash", "dspark"}) {
     SCOPED_TRACE(kind);
     test::TempDir d;

@@ -1,10 +1,11 @@
 // Presentation of an InspectReport: the versioned JSON schema (docs/INSPECT.md) and the text
 // summary `nemotron inspect` prints. The checks themselves are in inspect.cpp.
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "kernels/linear.h"
 #include "tools/inspect/inspect.h"
 
 namespace nemo::inspect {
@@ -14,7 +15,9 @@ using json = nlohmann::json;
 
 namespace {
 
-json opt_json(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
+json opt_json(const std::optional<int64_t>& v) {
+  return v ? json(*v) : json(nullptr);
+}
 
 json report_json(const InspectReport& r, int64_t context, bool nested) {
   json j;
@@ -101,7 +104,9 @@ json report_json(const InspectReport& r, int64_t context, bool nested) {
   }
   const io::QuantConfig& q = r.quant;
   j["quantization"] = {
-      {"format", q.format == io::QuantFormat::ModelOpt ? "modelopt" : q.format == io::QuantFormat::Mlx ? "mlx" : "none"},
+      {"format", q.format == io::QuantFormat::ModelOpt ? "modelopt"
+                 : q.format == io::QuantFormat::Mlx    ? "mlx"
+                                                       : "none"},
       {"algo", q.global_algo},
       {"source", q.source},
       {"kv_cache_algo", q.kv_cache_algo},
@@ -158,7 +163,8 @@ json report_json(const InspectReport& r, int64_t context, bool nested) {
       bool ok = true;
       json checks = json::array();
       for (const auto& c : r.pairing) {
-        checks.push_back({{"name", c.name}, {"ok", c.ok}, {"fatal", c.fatal}, {"detail", c.detail}});
+        checks.push_back(
+            {{"name", c.name}, {"ok", c.ok}, {"fatal", c.fatal}, {"detail", c.detail}});
         ok = ok && (c.ok || !c.fatal);
       }
       j["pairing"] = {{"ok", ok && r.draft->runnable()}, {"checks", checks}};
@@ -189,14 +195,17 @@ void text_body(std::string& o, const InspectReport& r, int64_t context) {
   line(fmt::format("checkpoint   {} ({})", r.path, r.kind));
   if (r.config) {
     const io::ModelConfig& c = *r.config;
-    line(fmt::format("architecture {} | {} layers: {} mamba, {} attention, {} moe, {} mlp | hidden {} | vocab {}",
-                     c.model_type, c.layers.size(), c.count(LayerKind::Mamba), c.count(LayerKind::Attention),
-                     c.count(LayerKind::MoE), c.count(LayerKind::MLP), c.hidden_size, c.vocab_size));
+    line(fmt::format(
+        "architecture {} | {} layers: {} mamba, {} attention, {} moe, {} mlp | hidden {} | vocab "
+        "{}",
+        c.model_type, c.layers.size(), c.count(LayerKind::Mamba), c.count(LayerKind::Attention),
+        c.count(LayerKind::MoE), c.count(LayerKind::MLP), c.hidden_size, c.vocab_size));
     line(fmt::format("schedule     {}", c.pattern()));
-    line(fmt::format("mamba        {} heads x {} | groups {} | state {} | conv {}", c.mamba_num_heads,
-                     c.mamba_head_dim, c.n_groups, c.ssm_state_size, c.conv_kernel));
-    line(fmt::format("attention    {} q heads, {} kv heads, head_dim {} (NoPE)", c.num_attention_heads,
-                     c.num_key_value_heads, c.head_dim));
+    line(fmt::format("mamba        {} heads x {} | groups {} | state {} | conv {}",
+                     c.mamba_num_heads, c.mamba_head_dim, c.n_groups, c.ssm_state_size,
+                     c.conv_kernel));
+    line(fmt::format("attention    {} q heads, {} kv heads, head_dim {} (NoPE)",
+                     c.num_attention_heads, c.num_key_value_heads, c.head_dim));
     line(fmt::format(
         "moe          {} routed experts (top {}{}) x {} | {} shared x {} | scale {}",
         c.n_routed_experts, c.num_experts_per_tok,
@@ -206,9 +215,10 @@ void text_body(std::string& o, const InspectReport& r, int64_t context) {
   }
   if (r.drafter) {
     const DrafterInfo& d = *r.drafter;
-    line(fmt::format("drafter      {} ({}, {}) | {} layers | hidden {} | vocab {} | heads {}/{} x {} | mlp {}", d.kind,
-                     d.architecture, d.model_type, d.layers, d.hidden_size, d.vocab_size, d.num_attention_heads,
-                     d.num_key_value_heads, d.head_dim, d.intermediate_size));
+    line(fmt::format(
+        "drafter      {} ({}, {}) | {} layers | hidden {} | vocab {} | heads {}/{} x {} | mlp {}",
+        d.kind, d.architecture, d.model_type, d.layers, d.hidden_size, d.vocab_size,
+        d.num_attention_heads, d.num_key_value_heads, d.head_dim, d.intermediate_size));
     line(fmt::format("taps         [{}] ({}) | block {} | mask {} | swa {} | markov rank {}",
                      fmt::join(d.target_layer_ids, ", "), d.target_layer_ids_source,
                      d.block_size ? std::to_string(*d.block_size) : "-",
@@ -217,50 +227,66 @@ void text_body(std::string& o, const InspectReport& r, int64_t context) {
                      d.markov_rank ? std::to_string(*d.markov_rank) : "-"));
   }
   const io::QuantConfig& q = r.quant;
-  if (loaded) line(fmt::format("quantization {}{}{}", q.format == io::QuantFormat::None ? "none" : q.global_algo,
-                   q.source.empty() ? "" : " (" + q.source + ")",
-                   q.kv_cache_algo.empty() ? "" : ", kv cache " + q.kv_cache_algo));
+  if (loaded)
+    line(fmt::format("quantization {}{}{}",
+                     q.format == io::QuantFormat::None ? "none" : q.global_algo,
+                     q.source.empty() ? "" : " (" + q.source + ")",
+                     q.kv_cache_algo.empty() ? "" : ", kv cache " + q.kv_cache_algo));
   if (loaded) {
     std::string mods, bytes;
-    for (const auto& [f, n] : r.modules_by_format) mods += fmt::format("{}{} {}", mods.empty() ? "" : ", ", f, n);
-    for (const auto& [f, n] : r.bytes_by_format) bytes += fmt::format("{}{} {}", bytes.empty() ? "" : ", ", f, gb(n));
-    line(fmt::format("tensors      {} ({}), runtime uses {}", r.tensor_count, gb(r.tensor_bytes), gb(r.used_bytes)));
+    for (const auto& [f, n] : r.modules_by_format)
+      mods += fmt::format("{}{} {}", mods.empty() ? "" : ", ", f, n);
+    for (const auto& [f, n] : r.bytes_by_format)
+      bytes += fmt::format("{}{} {}", bytes.empty() ? "" : ", ", f, gb(n));
+    line(fmt::format("tensors      {} ({}), runtime uses {}", r.tensor_count, gb(r.tensor_bytes),
+                     gb(r.used_bytes)));
     line("modules      " + mods);
     line("bytes        " + bytes);
     const ParamCounts& p = r.params;
-    line(fmt::format("parameters   total {} | active/token {} ({} counting the whole embedding)", params_str(p.total),
-                     params_str(p.active_per_token), params_str(p.active_per_token_full_embedding)));
+    line(fmt::format("parameters   total {} | active/token {} ({} counting the whole embedding)",
+                     params_str(p.total), params_str(p.active_per_token),
+                     params_str(p.active_per_token_full_embedding)));
     if (r.config)
-      line(fmt::format("  by group   embedding {} | lm_head {} | mamba {} | attention {} | mlp {} | routed {} | "
-                       "shared {} | router {} | norms {}{}",
-                       params_str(p.embedding), params_str(p.lm_head), params_str(p.mamba), params_str(p.attention),
-                       params_str(p.mlp), params_str(p.moe_routed), params_str(p.moe_shared),
-                       params_str(p.moe_router), params_str(p.norms),
-                       p.other ? " | other " + params_str(p.other) : ""));
+      line(fmt::format(
+          "  by group   embedding {} | lm_head {} | mamba {} | attention {} | mlp {} | routed {} | "
+          "shared {} | router {} | norms {}{}",
+          params_str(p.embedding), params_str(p.lm_head), params_str(p.mamba),
+          params_str(p.attention), params_str(p.mlp), params_str(p.moe_routed),
+          params_str(p.moe_shared), params_str(p.moe_router), params_str(p.norms),
+          p.other ? " | other " + params_str(p.other) : ""));
   }
   if (r.config) {
     if (r.mtp.declared_modules == 0)
-      line(fmt::format("mtp          none declared{}", r.mtp.tensors ? " (but mtp.* tensors present)" : ""));
+      line(fmt::format("mtp          none declared{}",
+                       r.mtp.tensors ? " (but mtp.* tensors present)" : ""));
     else
-      line(fmt::format("mtp          {} module(s) \"{}\": {} | {} tensors, {}, {} params ({} active/token)",
-                       r.mtp.declared_modules, r.mtp.sublayers,
-                       r.mtp.complete ? "complete" : r.mtp.tensors ? "INCOMPLETE" : "absent", r.mtp.tensors,
-                       gb(r.mtp.bytes), params_str(r.params.mtp_total), params_str(r.params.mtp_active_per_token)));
-    line(fmt::format("state        fixed {} (mamba conv {} + ssm {}) | kv {}/token | mtp kv {}/token", gb(r.state.fixed()),
-                     gb(r.state.mamba_conv), gb(r.state.mamba_ssm), gb(r.state.kv_per_token),
-                     gb(r.state.mtp_kv_per_token)));
+      line(fmt::format(
+          "mtp          {} module(s) \"{}\": {} | {} tensors, {}, {} params ({} active/token)",
+          r.mtp.declared_modules, r.mtp.sublayers,
+          r.mtp.complete  ? "complete"
+          : r.mtp.tensors ? "INCOMPLETE"
+                          : "absent",
+          r.mtp.tensors, gb(r.mtp.bytes), params_str(r.params.mtp_total),
+          params_str(r.params.mtp_active_per_token)));
+    line(fmt::format(
+        "state        fixed {} (mamba conv {} + ssm {}) | kv {}/token | mtp kv {}/token",
+        gb(r.state.fixed()), gb(r.state.mamba_conv), gb(r.state.mamba_ssm),
+        gb(r.state.kv_per_token), gb(r.state.mtp_kv_per_token)));
   } else if (r.drafter) {
     line(fmt::format("state        context kv {}/token", gb(r.state.kv_per_token)));
   }
   if (loaded)
-    line(fmt::format("memory       ~{} resident at {} tokens{}", gb(r.resident_bytes(context, false)), context,
-                     r.mtp.complete ? fmt::format(", ~{} with MTP", gb(r.resident_bytes(context, true))) : ""));
+    line(fmt::format(
+        "memory       ~{} resident at {} tokens{}", gb(r.resident_bytes(context, false)), context,
+        r.mtp.complete ? fmt::format(", ~{} with MTP", gb(r.resident_bytes(context, true))) : ""));
   for (const auto& w : r.warnings) line("warning      " + w);
 }
 
 }  // namespace
 
-json to_json(const InspectReport& r, int64_t context) { return report_json(r, context, false); }
+json to_json(const InspectReport& r, int64_t context) {
+  return report_json(r, context, false);
+}
 
 std::string to_text(const InspectReport& r, int64_t context) {
   std::string o;
@@ -270,10 +296,20 @@ std::string to_text(const InspectReport& r, int64_t context) {
     text_body(o, *r.draft, context);
     o += "pairing     ";
     for (const auto& c : r.pairing)
-      o += fmt::format(" {} {}{};", c.name, c.ok ? "ok" : "FAIL", c.ok ? "" : " (" + c.detail + ")");
+      o +=
+          fmt::format(" {} {}{};", c.name, c.ok ? "ok" : "FAIL", c.ok ? "" : " (" + c.detail + ")");
     o += "\n";
   }
-  o += r.runnable() ? "runnable     yes\n" : fmt::format("runnable     NO ({} problem(s))\n", r.problems.size());
+  // What this machine would run it with (the report itself describes the checkpoint only).
+  const bool nvfp4 =
+      r.modules_by_format.count("nvfp4") || (r.draft && r.draft->modules_by_format.count("nvfp4"));
+  const kernels::Isa isa = kernels::active_isa();
+  o += fmt::format(
+      "kernels      {} on this CPU{}\n", kernels::isa_name(isa),
+      nvfp4 ? fmt::format("; NVFP4 with --arith bf16: {} kernel", kernels::bf16_kernel_name(isa))
+            : "");
+  o += r.runnable() ? "runnable     yes\n"
+                    : fmt::format("runnable     NO ({} problem(s))\n", r.problems.size());
   for (const auto& p : r.problems) o += "problem      " + p + "\n";
   return o;
 }
