@@ -177,14 +177,15 @@ model::LoadOptions GenerationFlags::load_options() const {
 kernels::Arith arith_of(const std::string& arith) {
   const kernels::Arith a = kernels::parse_arith(arith);
   if (a != kernels::Arith::Bf16) return a;
+  // What runs is what the kernel selection says (bf16_kernel_name); the notes only explain why.
   const kernels::Isa isa = kernels::active_isa();
-  if (isa == kernels::Isa::Avx512 && kernels::cpu_has_avx512_bf16() &&
-      !kernels::bf16_kernel_verified())
+  const std::string kernel = kernels::bf16_kernel_name(isa);
+  if (kernel != "avx512_bf16" && isa == kernels::Isa::Avx512 && kernels::cpu_has_avx512_bf16())
     std::fprintf(stderr,
                  "warning: --arith bf16: this CPU's VDPBF16PS does not give the defined sums (the "
                  "self-check failed; please report the CPU), so NVFP4 layers run the AVX2 kernel "
                  "(same results, slower)\n");
-  else if (isa == kernels::Isa::Reference)
+  else if (kernel == "reference")
     std::fprintf(stderr,
                  "note: --arith bf16: this CPU has no AVX2, so NVFP4 layers run the scalar "
                  "reference kernel (same results, many times slower)\n");

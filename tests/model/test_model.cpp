@@ -44,6 +44,19 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
   return v;
 }
 
+// max |a - ref| and max |ref| over two logit buffers of the same size.
+struct LogitGap {
+  double max_abs = 0, max_ref = 0;
+};
+LogitGap logit_gap(const Buffer<float>& a, const Buffer<float>& ref) {
+  LogitGap g;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    g.max_abs = std::max(g.max_abs, double(std::fabs(a[i] - ref[i])));
+    g.max_ref = std::max(g.max_ref, double(std::fabs(ref[i])));
+  }
+  return g;
+}
+
 bool bits_equal(const float* a, const float* b, size_t n) {
   return n == 0 || std::memcmp(a, b, n * sizeof(float)) == 0;  // memcmp(null, null, 0) is UB
 }
@@ -192,11 +205,8 @@ TEST_P(ModelProps, ChunkedPrefillMatchesRecurrence) {
   auto s1 = m.new_state(), s2 = m.new_state();
   auto r1 = m.forward(s1, prompt, ssd, ThreadConfig{2});
   auto r2 = m.forward(s2, prompt, rec, ThreadConfig{2});
-  double max_abs = 0, max_ref = 0;
-  for (size_t i = 0; i < r1.logits.size(); ++i) {
-    max_abs = std::max(max_abs, double(std::fabs(r1.logits[i] - r2.logits[i])));
-    max_ref = std::max(max_ref, double(std::fabs(r2.logits[i])));
-  }
+  ASSERT_EQ(r1.logits.size(), r2.logits.size());
+  const auto [max_abs, max_ref] = logit_gap(r1.logits, r2.logits);
   EXPECT_LE(max_abs / max_ref, 1e-4);
   EXPECT_GT(max_ref, 0.0);
   // The two forms are not expected to agree bitwise; make sure the SSD path actually ran. Its
@@ -527,11 +537,8 @@ TEST(ModelKvCache, Bf16AndFp8CachesStayBatchInvariantAndClose) {
     EXPECT_EQ(st.kv_bytes_per_token() * 4,
               s0.kv_bytes_per_token() * size_t(model::kv_dtype_bytes(kv)));
     auto r = m->forward(st, prompt, fo, ThreadConfig{2});
-    double max_abs = 0, max_ref = 0;
-    for (size_t i = 0; i < r.logits.size(); ++i) {
-      max_abs = std::max(max_abs, double(std::fabs(r.logits[i] - r0.logits[i])));
-      max_ref = std::max(max_ref, double(std::fabs(r0.logits[i])));
-    }
+    ASSERT_EQ(r.logits.size(), r0.logits.size());
+    const auto [max_abs, max_ref] = logit_gap(r.logits, r0.logits);
     EXPECT_GT(max_abs, 0.0) << model::kv_dtype_name(kv) << " cache must actually round";
     if (kv == model::KvDtype::BF16) {
       EXPECT_LT(max_abs / max_ref, 2e-2);
@@ -614,11 +621,7 @@ TEST(ModelArith, Bf16ActivationsChangeOnlyNvfp4Layers) {
     const auto ra = a.forward(sa, prompt, fo, ThreadConfig{2}),
                rb = b.forward(sb, prompt, fo, ThreadConfig{2});
     ASSERT_EQ(ra.logits.size(), rb.logits.size());
-    double max_abs = 0, max_ref = 0;
-    for (size_t i = 0; i < ra.logits.size(); ++i) {
-      max_abs = std::max(max_abs, double(std::fabs(ra.logits[i] - rb.logits[i])));
-      max_ref = std::max(max_ref, double(std::fabs(ra.logits[i])));
-    }
+    const auto [max_abs, max_ref] = logit_gap(rb.logits, ra.logits);
     std::printf("[ arith ] %s: bf16 vs f32 activations, max |d| / max |logit| = %.3g\n",
                 test::target_id(t).c_str(), max_abs / max_ref);
     if (moves) {
