@@ -84,6 +84,15 @@ Weights make(WeightFormat f, int64_t rows, int64_t cols) {
   return m;
 }
 
+// The kernel path a run takes: the ISA's, or for the bf16 arithmetic VDPBF16PS where verified,
+// else AVX2 FMAs in the same order.
+const char* path_label(Isa isa, Arith arith) {
+  if (arith == Arith::F32) return isa_name(isa);
+  return isa >= Isa::Avx512 && bf16_kernel_verified() ? "avx512 bf16 (vdpbf16ps)"
+         : isa >= Isa::Avx2                           ? "avx2 bf16 (fma)"
+                                                      : "bf16 reference";
+}
+
 void run(benchmark::State& st, WeightFormat f, int64_t rows, int64_t cols,
          Arith arith = Arith::F32) {
   Weights m = make(f, rows, cols);
@@ -93,12 +102,7 @@ void run(benchmark::State& st, WeightFormat f, int64_t rows, int64_t cols,
   const Isa isa = Isa(st.range(2));
   if (isa > detected_isa()) return st.SkipWithError("ISA not available on this CPU");
   set_active_isa(isa);
-  if (arith == Arith::F32)
-    st.SetLabel(isa_name(isa));
-  else  // the bf16 arithmetic: VDPBF16PS where verified, else AVX2 FMAs in the same order
-    st.SetLabel(isa >= Isa::Avx512 && bf16_kernel_verified() ? "avx512 bf16 (vdpbf16ps)"
-                : isa >= Isa::Avx2                           ? "avx2 bf16 (fma)"
-                                                             : "bf16 reference");
+  st.SetLabel(path_label(isa, arith));
   // Activations and outputs 64-byte aligned, as the engine's buffers are (a std::vector's 16-byte
   // alignment splits every 64-byte activation load across two cache lines).
   nemo::Buffer<float> x(size_t(n * cols)), y(size_t(n * rows));
@@ -126,7 +130,7 @@ void run_rotating(benchmark::State& st, const std::vector<PackedWeight>& ex) {
   const Isa isa = Isa(st.range(2));
   if (isa > detected_isa()) return st.SkipWithError("ISA not available on this CPU");
   set_active_isa(isa);
-  st.SetLabel(isa_name(isa));
+  st.SetLabel(path_label(isa, ex[0].arith));
   const ThreadConfig tc{int(st.range(1))};
   const int64_t n = st.range(0);
   nemo::Buffer<float> x(size_t(n * kExpertIn)), y(size_t(n * kExpertOut));
@@ -140,7 +144,7 @@ void run_rotating(benchmark::State& st, const std::vector<PackedWeight>& ex) {
 }
 
 // From anonymous memory.
-void experts_cold(benchmark::State& st) {
+void experts_cold(benchmark::State& st, Arith arith) {
   static const std::vector<Weights> ex = [] {
     std::vector<Weights> v;
     for (int i = 0; i < kExperts; ++i)
@@ -148,34 +152,52 @@ void experts_cold(benchmark::State& st) {
     return v;
   }();
   std::vector<PackedWeight> views;
-  for (const auto& m : ex) views.push_back(m.w);
+  for (const auto& m : ex) {
+    views.push_back(m.w);
+    views.back().arith = arith;
+  }
   run_rotating(st, views);
 }
 
-// The same experts served from a file mapping (4 KB page-cache pages, as the engine maps a
-// checkpoint: base/MappedFile), every page mapped before timing.
-void experts_cold_file(benchmark::State& st) {
+// The same experts written to a file and mapped: 4 KB page-cache pages (a checkpoint just
+// written or copied, base/MappedFile), or, `huge`, then read into anonymous memory in 2 MB pages
+// (MappedFile::make_resident: what --no-mmap does and what ext4's large folios give the mapping
+// of a checkpoint read from disk). Every page is mapped before timing.
+MappedFile write_experts(const Weights& m, bool huge) {
+  char path[] = "/tmp/nemo_experts_XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) std::abort();
+  for (int i = 0; i < kExperts; ++i)
+    if (write(fd, m.data.data(), m.data.size()) != ssize_t(m.data.size()) ||
+        write(fd, m.scales.data(), m.scales.size()) != ssize_t(m.scales.size()))
+      std::abort();
+  close(fd);
+  MappedFile f(path);
+  if (huge) f.make_resident();
+  unlink(path);  // the mapping keeps the data
+  f.touch_pages();
+  return f;
+}
+
+void experts_file(benchmark::State& st, bool huge, Arith arith) {
   static const Weights m = make(WeightFormat::NVFP4, kExpertOut, kExpertIn);
-  static const MappedFile file = [] {
-    char path[] = "/tmp/nemo_experts_XXXXXX";
-    const int fd = mkstemp(path);
-    if (fd < 0) std::abort();
-    for (int i = 0; i < kExperts; ++i)
-      if (write(fd, m.data.data(), m.data.size()) != ssize_t(m.data.size()) ||
-          write(fd, m.scales.data(), m.scales.size()) != ssize_t(m.scales.size()))
-        std::abort();
-    close(fd);
-    MappedFile f(path);
-    unlink(path);  // the mapping keeps the data
-    f.touch_pages();
+  // Each written on first use only (270 MB each).
+  const auto small = [&]() -> const MappedFile& {
+    static const MappedFile f = write_experts(m, false);
     return f;
-  }();
+  };
+  const auto large = [&]() -> const MappedFile& {
+    static const MappedFile f = write_experts(m, true);
+    return f;
+  };
+  const MappedFile& file = huge ? large() : small();
   const size_t per = m.data.size() + m.scales.size();
   std::vector<PackedWeight> views;
   for (int i = 0; i < kExperts; ++i) {
     PackedWeight w = m.w;
     w.data = file.data() + i * per;
     w.scales = file.data() + i * per + m.data.size();
+    w.arith = arith;
     views.push_back(w);
   }
   run_rotating(st, views);
@@ -213,6 +235,19 @@ BENCHMARK_CAPTURE(run, Linear_affine4_131072x2688, WeightFormat::AFFINE4, 131072
     ->Apply(args);
 BENCHMARK_CAPTURE(run, Linear_affine8_10304x2688, WeightFormat::AFFINE8, 10304, 2688)->Apply(args);
 BENCHMARK_CAPTURE(run, Linear_bf16_10304x2688, WeightFormat::BF16, 10304, 2688)->Apply(args);
-BENCHMARK(experts_cold)->Name("Linear_nvfp4_2688x1856_96_experts_cold")->Apply(args);
-BENCHMARK(experts_cold_file)->Name("Linear_nvfp4_2688x1856_96_experts_file")->Apply(args);
+BENCHMARK_CAPTURE(experts_cold, , Arith::F32)
+    ->Name("Linear_nvfp4_2688x1856_96_experts_cold")
+    ->Apply(args);
+BENCHMARK_CAPTURE(experts_cold, , Arith::Bf16)
+    ->Name("Linear_nvfp4_bf16_2688x1856_96_experts_cold")
+    ->Apply(args_bf16);
+BENCHMARK_CAPTURE(experts_file, , false, Arith::F32)
+    ->Name("Linear_nvfp4_2688x1856_96_experts_file")
+    ->Apply(args);
+BENCHMARK_CAPTURE(experts_file, , true, Arith::F32)
+    ->Name("Linear_nvfp4_2688x1856_96_experts_huge")
+    ->Apply(args);
+BENCHMARK_CAPTURE(experts_file, , true, Arith::Bf16)
+    ->Name("Linear_nvfp4_bf16_2688x1856_96_experts_huge")
+    ->Apply(args_bf16);
 BENCHMARK_CAPTURE(run, Linear_nvfp4_256x1856_L2, WeightFormat::NVFP4, 256, 1856)->Apply(args);

@@ -4,6 +4,7 @@
 #
 #   tools/bench/vs_llama.sh [--layers 8|52] [--rounds N] [--threads 1,2] [--reps N] [--nemotron BIN]
 #                           [--arith f32,bf16]   (nemotron's --arith values, each run every round)
+#                           [--prompt N] [--gen N]  (prefill and decode lengths; default 64 and 32)
 #
 # Steps (each skipped when its result is already there):
 #   1. llama.cpp: `npm pack node-llama-cpp@3.22.1` into the cache ($NEMOTRON_BENCH_CACHE, default
@@ -51,7 +52,7 @@ PP=64
 TG=32
 JOBS=${JOBS:-2}
 
-usage() { sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; }
 die() {
   echo "vs_llama: error: $*" >&2
   exit 1
@@ -66,12 +67,15 @@ while [[ $# -gt 0 ]]; do
     --reps) REPS=${2:?--reps needs a value}; shift 2 ;;
     --nemotron) NEMOTRON=${2:?--nemotron needs a value}; shift 2 ;;
     --arith) ARITH=${2:?--arith needs a value}; shift 2 ;;
+    --prompt) PP=${2:?--prompt needs a value}; shift 2 ;;
+    --gen) TG=${2:?--gen needs a value}; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument: $1" ;;
   esac
 done
 [[ $LAYERS == 8 || $LAYERS == 52 ]] || die "--layers must be 8 or 52"
 [[ $ROUNDS =~ ^[1-9][0-9]*$ && $REPS =~ ^[1-9][0-9]*$ ]] || die "--rounds and --reps take a positive integer"
+[[ $PP =~ ^[1-9][0-9]*$ && $TG =~ ^[1-9][0-9]*$ ]] || die "--prompt and --gen take a positive integer"
 [[ $THREADS =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "--threads takes a comma list, e.g. 1,2"
 ARITH=${ARITH:-f32}
 [[ $ARITH =~ ^(f32|bf16)(,(f32|bf16))*$ ]] || die "--arith takes a comma list of f32 and bf16"
