@@ -1,6 +1,7 @@
 // Packed-weight linear kernels: SIMD == reference bitwise, batch/tile/thread invariance, equality
 // with the dense kernel on the exact kernel weights, accuracy, and the FP8 W8A8 parity mode.
 #include <gtest/gtest.h>
+#include <immintrin.h>
 
 #include <bit>
 #include <cfenv>
@@ -407,6 +408,38 @@ TEST(LinearPacked, Fp8NanCodesAreFoundByTheScan) {
   EXPECT_TRUE(e4m3_has_nan(b));
   b[777] = 0x7E;
   EXPECT_FALSE(e4m3_has_nan(b));
+}
+
+// Every E4M3 code, subnormals included, decodes the same with MXCSR's denormals-are-zero bit set
+// (a host program's setting), on every ISA. The half-float conversions do not read the bit; a
+// decoder that multiplies f32 subnormals would (the F32b mix of tools/bench/probe_fp8_bf16.cpp
+// failed here on all 14 subnormal codes until it cleared the bit).
+TEST(LinearPacked, Fp8DecodeIgnoresDenormalsAreZero) {
+  std::vector<uint8_t> data;
+  for (int b = 0; b < 256; ++b)
+    if ((b & 0x7F) != 0x7F) data.push_back(uint8_t(b));  // the 254 non-NaN codes
+  data.resize(16 * 32, 0x08);                            // 16 x 32, a subnormal filling the rest
+  const PackedWeight w{WeightFormat::FP8_E4M3, 16, 32, data.data(), nullptr, nullptr, 0.5f, 0};
+  std::vector<float> x(32);
+  int checked = 0;
+  for (int64_t o = 0; o < 16; ++o)
+    for (int64_t k = 0; k < 32; ++k) {
+      std::fill(x.begin(), x.end(), 0.0f);
+      x[size_t(k)] = 1.0f;  // y[o] = the kernel weight of (o, k) times post
+      std::vector<float> ref(16), got(16);
+      linear_range(w, x.data(), 1, 32, ref.data(), 16, o, o + 1, Isa::Reference);
+      const unsigned csr = _mm_getcsr();
+      _mm_setcsr(csr | 0x40u);  // DAZ
+      for (Isa isa : available_isas()) {
+        linear_range(w, x.data(), 1, 32, got.data(), 16, o, o + 1, isa);
+        EXPECT_EQ(std::bit_cast<uint32_t>(got[size_t(o)]), std::bit_cast<uint32_t>(ref[size_t(o)]))
+            << "code 0x" << std::hex << int(data[size_t(o * 32 + k)]) << " " << isa_name(isa);
+        ++checked;
+      }
+      EXPECT_EQ(_mm_getcsr(), csr | 0x40u);  // the caller's setting is back
+      _mm_setcsr(csr);
+    }
+  EXPECT_EQ(checked, 16 * 32 * int(available_isas().size()));
 }
 
 TEST(LinearPacked, ValidatePackedWeight) {
