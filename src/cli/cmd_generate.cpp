@@ -93,7 +93,7 @@ std::vector<Command> make_generate_commands() {
                                  "Generate from a prompt (text or token ids), streaming to stdout");
     ro->g.add_to(s);
     s->add_option("-p,--prompt", ro->prompt, "Prompt text");
-    s->add_option("--ids", ro->ids, "Prompt as comma-separated token ids (output: ids)");
+    s->add_option("--ids", ro->ids, "Prompt as token ids, separated by commas or spaces (output: ids)");
     s->add_option("--stop", ro->stop, "Stop string (repeatable); nothing after it is printed");
     s->add_flag("--stats", ro->stats, "Print timing to stderr");
     s->add_flag("--ignore-eos", ro->ignore_eos, "Do not stop at EOS tokens");
@@ -172,7 +172,7 @@ std::vector<Command> make_generate_commands() {
   v[1].attach_fn = [dopt, sub = v[1].sub](CLI::App& app) {
     auto* s = app.add_subcommand("dump", "Write prefill + greedy decode logits (for oracle tests)");
     s->add_option("-m,--model", dopt->model, "Model directory or name in models/")->required();
-    s->add_option("--ids", dopt->ids, "Prompt token ids, comma-separated")->required();
+    s->add_option("--ids", dopt->ids, "Prompt token ids, separated by commas or spaces")->required();
     s->add_option("--gen", dopt->gen, "Greedy tokens to generate")
         ->check(in_range(0, 1 << 20))
         ->capture_default_str();

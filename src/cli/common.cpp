@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <sstream>
+#include <string_view>
 
 #include "base/error.h"
 #include "base/threads.h"
@@ -89,19 +89,22 @@ CLI::Validator threads_range() {
 }
 
 namespace {
-// The items of a comma list that are integers in [lo, hi] (empty items skipped); the first item
-// that is not, as a message, in `err`.
-std::vector<int> parse_int_list(const std::string& s, int lo, int hi, std::string& err) {
+// The items of a list separated by any of `seps` that are integers in [lo, hi] (empty items
+// skipped); the first item that is not, in `bad` (left empty when every item is).
+std::vector<int> parse_int_list(const std::string& s, int lo, int hi, const char* seps,
+                                std::string& bad) {
   std::vector<int> out;
-  std::stringstream ss(s);
-  for (std::string tok; std::getline(ss, tok, ',');) {
+  for (size_t i = 0; i <= s.size();) {
+    const size_t j = std::min(s.find_first_of(seps, i), s.size());
+    const std::string_view tok(s.data() + i, j - i);
+    i = j + 1;
     if (tok.empty()) continue;
     int v = 0;
     const auto [end, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
     if (ec == std::errc() && end == tok.data() + tok.size() && v >= lo && v <= hi)
       out.push_back(v);
-    else if (err.empty())
-      err = fmt::format("'{}' is not an integer in [{}, {}]", tok, lo, hi);
+    else if (bad.empty())
+      bad = tok;
   }
   return out;
 }
@@ -110,16 +113,16 @@ std::vector<int> parse_int_list(const std::string& s, int lo, int hi, std::strin
 CLI::Validator int_list_range(int lo, int hi) {
   return CLI::Validator(
       [lo, hi](std::string& in) {
-        std::string err;
-        parse_int_list(in, lo, hi, err);
-        return err;
+        std::string bad;
+        parse_int_list(in, lo, hi, ",", bad);
+        return bad.empty() ? bad : fmt::format("'{}' is not an integer in [{}, {}]", bad, lo, hi);
       },
       fmt::format("comma list of [{} .. {}]", lo, hi));
 }
 
 std::vector<int> int_list(const std::string& s) {
   std::string unused;  // int_list_range has refused the list already if there was one
-  return parse_int_list(s, INT_MIN, INT_MAX, unused);
+  return parse_int_list(s, INT_MIN, INT_MAX, ",", unused);
 }
 
 void GenerationFlags::add_to(CLI::App* s) {
@@ -270,22 +273,10 @@ synth::SynthOptions WriterFlags::options(WriteProgress& progress) const {
 }
 
 std::vector<int32_t> parse_ids(const std::string& csv) {
-  std::vector<int32_t> out;
-  size_t i = 0;
-  while (i < csv.size()) {
-    size_t j = csv.find_first_of(", ", i);
-    if (j == std::string::npos) j = csv.size();
-    if (j > i) {
-      const std::string tok = csv.substr(i, j - i);
-      char* end = nullptr;
-      const long v = std::strtol(tok.c_str(), &end, 10);
-      if (!end || *end != '\0' || v < 0 || v > INT32_MAX)
-        fail("--ids: '{}' is not a token id", tok);
-      out.push_back(int32_t(v));
-    }
-    i = j + 1;
-  }
-  return out;
+  std::string bad;
+  const std::vector<int> ids = parse_int_list(csv, 0, INT32_MAX, ", ", bad);
+  if (!bad.empty()) fail("--ids: '{}' is not a token id", bad);
+  return {ids.begin(), ids.end()};
 }
 
 ModelDir::~ModelDir() {

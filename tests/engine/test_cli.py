@@ -42,6 +42,10 @@ with tempfile.TemporaryDirectory() as d:
     r = run(["synth", "--preset", "tiny-a", "--out", m, "--quiet"])
     check("synth", r.returncode == 0, r.stderr)
     base = run(["run", "-m", m, "--ids", "4,5,6,4,5,6", "-n", "24", "--spec", "none"]).stdout
+    # Ids may be separated by commas, spaces or both; empty items are skipped.
+    r = run(["run", "-m", m, "--ids", " 4, 5 6,,4 5,6", "-n", "24", "--spec", "none"])
+    check("--ids separators", r.returncode == 0 and r.stdout == base and len(base.split()) == 24,
+          f"{r.stdout!r} vs {base!r} / {r.stderr}")
     # --no-mmap: the same weights from anonymous memory, the same tokens (dense and ModelOpt shards).
     r = run(["run", "-m", m, "--ids", "4,5,6,4,5,6", "-n", "24", "--spec", "none", "--no-mmap"])
     check("--no-mmap same tokens", r.returncode == 0 and r.stdout == base and len(base.split()) == 24,
