@@ -176,13 +176,18 @@ void linear_many(std::span<const LinearJob> jobs, const ThreadConfig& tc) {
     start[j + 1] = start[j] + (J.n_rows > 0 ? (J.w->rows + block[j] - 1) / block[j] : 0);
   }
   const Isa isa = active_isa();
+  // A thread's consecutive blocks of one job run as one range: each call of a range kernel pays
+  // for preparing its activations and for its first tile's weights arriving unprefetched.
   parallel_for(tc, start.back(), 1, [&](int64_t b, int64_t e) {
     size_t j = size_t(std::upper_bound(start.begin(), start.end(), b) - start.begin()) - 1;
-    for (int64_t u = b; u < e; ++u) {
+    for (int64_t u = b; u < e;) {
       while (u >= start[j + 1]) ++j;
       const LinearJob& J = jobs[j];
-      const int64_t o0 = (u - start[j]) * block[j], o1 = std::min(J.w->rows, o0 + block[j]);
+      const int64_t u1 = std::min(e, start[j + 1]);
+      const int64_t o0 = (u - start[j]) * block[j],
+                    o1 = std::min(J.w->rows, (u1 - start[j]) * block[j]);
       detail::select_range_fn(*J.w, isa)(*J.w, J.x, J.n_rows, J.x_stride, J.y, J.y_stride, o0, o1);
+      u = u1;
     }
   });
 }
