@@ -70,6 +70,13 @@ TEST(ChatTemplate, ErrorsNameConstructAndLine) {
   EXPECT_NE(error_of("{{ 1 }").find("unterminated '{{'"), std::string::npos);
   EXPECT_NE(error_of("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}").find("recursion too deep"), std::string::npos);
   EXPECT_NE(error_of("{% set x = [1] %}{% set x.y = 2 %}").find("only namespace objects"), std::string::npos);
+  // A namespace that would hold itself (a reference cycle, never freed) is refused, at any depth;
+  // the same value elsewhere, or another namespace, is fine.
+  for (const char* t : {"{% set ns = namespace() %}{% set ns.n = ns %}",
+                        "{% set ns = namespace() %}{% set ns.n = [1, {'a': [ns]}] %}",
+                        "{% set ns = namespace(k=[]) %}{% set ns.n = {'x': ns.k, 'y': [ns]} %}"})
+    EXPECT_NE(error_of(t).find("tmpl:1: cannot set attribute 'n' of namespace 'ns' to a value that holds the namespace itself"), std::string::npos) << t;
+  EXPECT_EQ(ChatTemplate("{% set ns = namespace() %}{% set m = namespace() %}{% set l = [1] %}{% set ns.a = [l, l] %}{% set m.b = ns %}{{ m.b.a | length }}").render(ojson::object()), "2");
   EXPECT_NE(error_of("{% call m() %}{% endcall %}").find("unsupported statement 'call'"), std::string::npos);
   EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nested too deeply"), std::string::npos);
   EXPECT_NE(error_of("{{ " + std::string(5000, '-') + "1 }}").find("nested too deeply"), std::string::npos);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <ctime>
 #include <optional>
+#include <unordered_set>
 
 #include "base/error.h"
 #include "text/jinja/filters.h"
@@ -27,6 +28,30 @@ namespace {
 constexpr int kMaxDepth = 200;  // nested macro calls
 
 enum class Flow { Normal, Break, Continue };
+
+// True when `v` holds, at any depth, the dict `target`. Values share their lists and dicts
+// (shared_ptr), and `{% set ns.x = v %}` is the one statement that stores a value into an existing
+// container, so refusing it when v holds ns keeps every value acyclic: a cycle would never be
+// freed (Python's collector has no counterpart here). Iterative, each container visited once.
+bool holds(const Value& v, const Dict* target) {
+  std::vector<const Value*> todo{&v};
+  std::unordered_set<const void*> seen;
+  while (!todo.empty()) {
+    const Value* x = todo.back();
+    todo.pop_back();
+    const void* c = x->t == VT::Dict   ? static_cast<const void*>(x->d.get())
+                    : x->t == VT::List ? static_cast<const void*>(x->l.get())
+                                       : nullptr;
+    if (!c) continue;
+    if (c == target) return true;
+    if (!seen.insert(c).second) continue;
+    if (x->t == VT::Dict)
+      for (const auto& [k, y] : x->d->items) todo.push_back(&y);
+    else
+      for (const auto& y : *x->l) todo.push_back(&y);
+  }
+  return false;
+}
 
 // ------------------------------------------------------------------- globals
 
@@ -186,6 +211,9 @@ class Renderer {
       if (ns.t != VT::Dict || !ns.d->is_namespace)
         fail_at(s.line, "cannot set attribute '" + s.attr + "' on " + type_name(ns) + " '" +
                             s.targets[0] + "' (only namespace objects)");
+      if (holds(v, ns.d.get()))
+        fail_at(s.line, "cannot set attribute '" + s.attr + "' of namespace '" + s.targets[0] +
+                            "' to a value that holds the namespace itself");
       ns.d->set(s.attr, std::move(v));
       return;
     }
