@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "kernels/linear.h"
 #include "kernels/linear_impl.h"
 
@@ -49,6 +51,19 @@ void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out) 
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale;
   }
+}
+
+void relu2_inplace(float* x, int64_t n) {
+  using v4 = float __attribute__((vector_size(16)));
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    v4 v;
+    std::memcpy(&v, x + i, sizeof v);
+    v = v < 0.0f ? v4{} : v;  // a lane-wise select: NaN and -0 pass, as in relu2
+    v *= v;
+    std::memcpy(x + i, &v, sizeof v);
+  }
+  for (; i < n; ++i) x[i] = relu2(x[i]);
 }
 
 void axpy(float a, const float* x, float* y, int64_t n) {

@@ -13,16 +13,25 @@ float dot(const float* a, const float* b, int64_t n);
 // out = (x · 1/sqrt(mean(x²) + eps)) · w   (w may be null = ones). out may alias x.
 void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out);
 
-inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
-inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+inline float silu(float v) {
+  return v / (1.0f + std::exp(-v));
+}
+inline float sigmoid(float v) {
+  return 1.0f / (1.0f + std::exp(-v));
+}
 // softplus with the threshold used by every reference (vLLM, ggml): identity above 20.
-inline float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
+inline float softplus(float v) {
+  return v > 20.0f ? v : std::log1p(std::exp(v));
+}
+// relu(v)^2. NaN stays NaN, as torch.relu keeps it.
 inline float relu2(float v) {
-  const float r = v > 0.0f ? v : 0.0f;
+  const float r = v < 0.0f ? 0.0f : v;
   return r * r;
 }
+// x[i] = relu2(x[i]), the same values, four lanes per step without a branch (GCC keeps a compare
+// and a branch per element in the scalar loop: mispredicted on half of them, ~5 ns each).
+void relu2_inplace(float* x, int64_t n);
 
-// y[i] += a * x[i]
 void axpy(float a, const float* x, float* y, int64_t n);
 
 }  // namespace nemo::kernels

@@ -99,7 +99,7 @@ void mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t x_strid
   const int64_t F = w.up.rows;
   Buffer<float> hbuf(size_t(T * F));
   kernels::linear(w.up, x, T, x_stride, hbuf.data(), F, tc);
-  for (size_t i = 0; i < hbuf.size(); ++i) hbuf[i] = kernels::relu2(hbuf[i]);
+  kernels::relu2_inplace(hbuf.data(), int64_t(hbuf.size()));
   kernels::linear(w.down, hbuf.data(), T, F, out, out_stride, tc);
 }
 
@@ -159,7 +159,7 @@ void moe_forward(const MoEWeights& w, const io::ModelConfig& c, const float* hn,
       down.push_back({&shared->down, hs, T, Fs, out, H});
     }
     kernels::linear_many(up, tc);
-    for (size_t i = 0; i < h.size(); ++i) h[i] = kernels::relu2(h[i]);
+    kernels::relu2_inplace(h.data(), int64_t(h.size()));
     kernels::linear_many(down, tc);
     for (size_t i = 0; i < group.size(); ++i) {
       const auto& rows = rows_of[group[i]];

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -137,6 +139,26 @@ TEST(Ops, Activations) {
   EXPECT_NEAR(softplus(0.0f), std::log(2.0f), 1e-7);
   EXPECT_FLOAT_EQ(relu2(-3.0f), 0.0f);
   EXPECT_FLOAT_EQ(relu2(3.0f), 9.0f);
+  EXPECT_EQ(std::bit_cast<uint32_t>(relu2(-0.0f)), 0u);                     // +0
+  EXPECT_TRUE(std::isnan(relu2(std::numeric_limits<float>::quiet_NaN())));  // as torch.relu
+  EXPECT_EQ(relu2(std::numeric_limits<float>::infinity()), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(relu2(-std::numeric_limits<float>::infinity()), 0.0f);
+  // The four-lane loop gives relu2's bits for every value, tails included.
+  const float inf = std::numeric_limits<float>::infinity(),
+              nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> v = {-0.0f,   0.0f, nan,   -nan,   inf,   -inf, 1e-30f,
+                          -1e-30f, 3.0f, -3.0f, 1e-45f, -2.5f, 7.0f};
+  std::mt19937 g(5);
+  for (int i = 0; i < 200; ++i) v.push_back(std::bit_cast<float>(uint32_t(g())));
+  int checked = 0;
+  for (size_t n = 0; n <= v.size(); n += (n < 16 ? 1 : 37)) {
+    std::vector<float> got(v.begin(), v.begin() + n);
+    relu2_inplace(got.data(), int64_t(n));
+    for (size_t i = 0; i < n; ++i, ++checked)
+      EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(relu2(v[i])))
+          << "n=" << n << " i=" << i;
+  }
+  EXPECT_EQ(checked, 771);  // n = 0..16, then every 37th length
   EXPECT_NEAR(silu(1.0f), 1.0f / (1.0f + std::exp(-1.0f)), 1e-7);
 }
 
