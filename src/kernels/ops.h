@@ -32,6 +32,7 @@ inline float relu2(float v) {
 // and a branch per element in the scalar loop: mispredicted on half of them, ~5 ns each).
 void relu2_inplace(float* x, int64_t n);
 
+// y[i] += a * x[i]
 void axpy(float a, const float* x, float* y, int64_t n);
 
 }  // namespace nemo::kernels

@@ -34,6 +34,7 @@ enum class Flow { Normal, Break, Continue };
 // container, so refusing it when v holds ns keeps every value acyclic: a cycle would never be
 // freed (Python's collector has no counterpart here). Iterative, each container visited once.
 bool holds(const Value& v, const Dict* target) {
+  if (v.t != VT::Dict && v.t != VT::List) return false;  // the usual case: nothing to walk
   std::vector<const Value*> todo{&v};
   std::unordered_set<const void*> seen;
   while (!todo.empty()) {
