@@ -87,6 +87,17 @@ TEST(ChatTemplate, ErrorsNameConstructAndLine) {
   for (int i = 0; i < 500; ++i) deep += "{% if true %}";
   EXPECT_NE(error_of(deep).find("nested too deeply"), std::string::npos);
   EXPECT_EQ(error_of("{{ messages[0].content }}", ojson::parse(R"({"messages":[{"content":"ok"}]})")), "");
+  // Sizes: strings and the output up to 32 MiB (fuzz-found: a 9-byte string * 16732300 took > 20 s
+  // under ASan as 16.7 M appends, each render; strings now repeat by doubling copies), lists up
+  // to 10^6 items (a Value is tens of bytes: a list * n or list + list past that took gigabytes).
+  EXPECT_EQ(ChatTemplate("{{ ('ab\"c' * 8000000) | length }}").render(ojson::object()), "32000000");
+  EXPECT_EQ(ChatTemplate("{{ 'ab' * 3 }}{{ 0 * 'x' }}{{ [1, 2] * 2 }}").render(ojson::object()), "ababab[1, 2, 1, 2]");
+  EXPECT_NE(error_of("{{ 'ab' * 16777217 }}").find("tmpl:1: sequence repetition too large"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'a' * 16777216 }}{{ 'a' * 16777217 }}").find("tmpl:1: output exceeds 32 MiB"), std::string::npos);
+  EXPECT_NE(error_of("{{ [1, 2] * 500001 }}").find("tmpl:1: sequence repetition too large"), std::string::npos);
+  EXPECT_EQ(ChatTemplate("{{ ([1, 2] * 500000) | length }}").render(ojson::object()), "1000000");
+  EXPECT_NE(error_of("{% set l = range(600000) | list %}{{ (l + l) | length }}").find("tmpl:1: list too large"), std::string::npos);
+  EXPECT_NE(error_of("{{ range(1000001) | length }}").find("range() too large"), std::string::npos);
 }
 
 TEST(ChatTemplate, LoadFromModelDir) {

@@ -167,6 +167,7 @@ Value binop(const std::string& op, const Value& a, const Value& b, const Site& a
       return Value::str(a.s + b.s);
     }
     if (a.t == VT::List && b.t == VT::List) {
+      if (a.l->size() + b.l->size() > kMaxListItems) at.fail("list too large");
       List l = *a.l;
       l.insert(l.end(), b.l->begin(), b.l->end());
       return Value::list(std::move(l), a.tuple && b.tuple);
@@ -180,11 +181,16 @@ Value binop(const std::string& op, const Value& a, const Value& b, const Site& a
     if (seq && (cnt->t == VT::Int || cnt->t == VT::Bool)) {
       int64_t n = std::max<int64_t>(0, cnt->as_i());
       size_t unit = seq->t == VT::Str ? seq->s.size() : seq->l->size();
-      if (unit && uint64_t(n) > kMaxOutput / unit) at.fail("sequence repetition too large");
+      const size_t limit = seq->t == VT::Str ? kMaxOutput : kMaxListItems;
+      if (unit && uint64_t(n) > limit / unit) at.fail("sequence repetition too large");
       if (seq->t == VT::Str) {
+        // By doubling: a few large copies, not n small appends (n may be ~10^8).
+        const size_t total = size_t(n) * unit;
         std::string o;
-        for (int64_t k = 0; k < n; ++k) o += seq->s;
-        return Value::str(o);
+        o.reserve(total);
+        if (total) o = seq->s;
+        while (o.size() < total) o.append(o, 0, std::min(o.size(), total - o.size()));
+        return Value::str(std::move(o));
       }
       List l;
       for (int64_t k = 0; k < n; ++k) l.insert(l.end(), seq->l->begin(), seq->l->end());

@@ -10,8 +10,11 @@
 
 namespace nemo::text::jinja {
 
-// Bound on the rendered output and on any string or sequence built on the way.
-constexpr size_t kMaxOutput = size_t(256) << 20;
+// Bound on the rendered output and on any string built on the way (a rendered prompt of a
+// million-token context is ~5 MB of text).
+constexpr size_t kMaxOutput = size_t(32) << 20;
+// Bound on the items of a list built on the way (range(), +, *): a Value is tens of bytes.
+constexpr size_t kMaxListItems = 1000000;
 
 // `for x in v`: list items, dict keys, string code points; undefined is empty.
 List iterate(const Value& v, const Site& at);

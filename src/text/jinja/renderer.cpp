@@ -89,7 +89,7 @@ Value global_range(Args& a, Ctx& c, int line) {
   if (step == 0) err(c.name, line, "range() step must not be zero");
   List l;
   for (int64_t v = start; step > 0 ? v < stop : v > stop; v += step) {
-    if (l.size() > 1000000) err(c.name, line, "range() too large");
+    if (l.size() >= kMaxListItems) err(c.name, line, "range() too large");
     l.push_back(Value::integer(v));
   }
   return Value::list(std::move(l));
@@ -184,7 +184,8 @@ class Renderer {
   Site at(int line) const { return {c_.name, line}; }
 
   void emit(const std::string& s, int line) {
-    if (c_.out->size() + s.size() > kMaxOutput) fail_at(line, "output exceeds 256 MiB");
+    if (c_.out->size() + s.size() > kMaxOutput)
+      fail_at(line, fmt::format("output exceeds {} MiB", kMaxOutput >> 20));
     c_.out->append(s);
   }
 
