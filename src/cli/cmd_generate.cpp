@@ -58,13 +58,19 @@ int compare_with_plain(const model::NemotronH& m, ThreadConfig tc,
     return true;
   });
   const double spec_tps = decode_tok_s(spec), plain_tps = decode_tok_s(p);
-  std::fprintf(
-      stderr,
-      "speculation %s (draft-max %d): accept length %.2f, %.0f%% of drafts accepted; %.1f tok/s vs "
-      "%.1f tok/s plain: %.2fx\n",
-      mode, spec_gen.draft_max(), spec.spec.mean_accept_length(),
-      100.0 * spec.spec.acceptance_rate(), spec_tps, plain_tps,
-      plain_tps > 0 ? spec_tps / plain_tps : 0.0);
+  const auto& st = spec.spec;
+  // With --spec auto a greedy request drafts only in the rounds where drafting pays.
+  const std::string how =
+      spec_gen.draft_policy() && req.sampling.greedy()
+          ? fmt::format("adaptive, up to {} drafts: {} of {} rounds drafted", spec_gen.draft_max(),
+                        st.proposed_at.empty() ? 0 : st.proposed_at[0], st.rounds)
+          : fmt::format("draft-max {}", spec_gen.draft_max());
+  std::fprintf(stderr,
+               "speculation %s (%s): accept length %.2f, %.0f%% of drafts accepted; %.1f tok/s vs "
+               "%.1f tok/s plain: %.2fx\n",
+               mode, how.c_str(), spec.spec.mean_accept_length(),
+               100.0 * spec.spec.acceptance_rate(), spec_tps, plain_tps,
+               plain_tps > 0 ? spec_tps / plain_tps : 0.0);
   if (!req.sampling.greedy()) {
     std::fprintf(stderr,
                  "sampled: speculation keeps the target's distribution, not the same draws (not "
@@ -93,7 +99,8 @@ std::vector<Command> make_generate_commands() {
                                  "Generate from a prompt (text or token ids), streaming to stdout");
     ro->g.add_to(s);
     s->add_option("-p,--prompt", ro->prompt, "Prompt text");
-    s->add_option("--ids", ro->ids, "Prompt as token ids, separated by commas or spaces (output: ids)");
+    s->add_option("--ids", ro->ids,
+                  "Prompt as token ids, separated by commas or spaces (output: ids)");
     s->add_option("--stop", ro->stop, "Stop string (repeatable); nothing after it is printed");
     s->add_flag("--stats", ro->stats, "Print timing to stderr");
     s->add_flag("--ignore-eos", ro->ignore_eos, "Do not stop at EOS tokens");
@@ -172,7 +179,8 @@ std::vector<Command> make_generate_commands() {
   v[1].attach_fn = [dopt, sub = v[1].sub](CLI::App& app) {
     auto* s = app.add_subcommand("dump", "Write prefill + greedy decode logits (for oracle tests)");
     s->add_option("-m,--model", dopt->model, "Model directory or name in models/")->required();
-    s->add_option("--ids", dopt->ids, "Prompt token ids, separated by commas or spaces")->required();
+    s->add_option("--ids", dopt->ids, "Prompt token ids, separated by commas or spaces")
+        ->required();
     s->add_option("--gen", dopt->gen, "Greedy tokens to generate")
         ->check(in_range(0, 1 << 20))
         ->capture_default_str();

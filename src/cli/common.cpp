@@ -143,9 +143,9 @@ void GenerationFlags::add_model_to(CLI::App* s) {
   s->add_option("-m,--model", model, "Model directory or name in models/ (default: tiny-code)");
   s->add_option("-t,--threads", threads, "Threads (default: all cores)")->check(threads_range());
   s->add_option("--spec", spec,
-                "Speculative decoding: auto (the --draft drafter, else MTP if present) | mtp | "
-                "dflash | dspark | "
-                "ngram | none")
+                "Speculative decoding: auto (the --draft drafter, else MTP if present; greedy "
+                "run/chat requests draft 0..--draft-max tokens per round, whatever the measured "
+                "rounds say pays) | mtp | dflash | dspark | ngram (--draft-max every round) | none")
       ->capture_default_str();
   s->add_option("--draft", draft,
                 "DFlash / DSpark drafter directory or name in models/ (default with --spec "

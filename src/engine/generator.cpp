@@ -47,6 +47,7 @@ void check_draft_max(int draft_max) {
 Generator::Generator(const model::NemotronH& m, ThreadConfig tc, SpecMode mode, int draft_max,
                      const model::DFlashModel* draft)
     : m_(m), tc_(tc), mode_(mode), draft_max_(draft_max) {
+  const bool adaptive = mode_ == SpecMode::Auto;
   if (mode_ == SpecMode::Auto)
     mode_ = draft                        ? (draft->dspark() ? SpecMode::DSpark : SpecMode::DFlash)
             : model::MtpHead::present(m) ? SpecMode::Mtp
@@ -79,6 +80,7 @@ Generator::Generator(const model::NemotronH& m, ThreadConfig tc, SpecMode mode, 
   } else if (external) {
     drafter_ = std::make_unique<speculative::DFlashDrafter>(*draft, tc);
   }
+  if (adaptive && drafter_) policy_.emplace(draft_max_);
 }
 
 Generator::Generator(const model::NemotronH& m, ThreadConfig tc,
@@ -93,7 +95,8 @@ void Generator::begin(GenerateRequest req, const RestoredPrefix* prefix) {
   if (req.prompt.empty()) fail("generate: the prompt is empty");
   const int64_t Q = m_.config().chunk_size;
   if (req.prefill_piece < 0 || req.prefill_piece % Q != 0)
-    fail("generate: prefill_piece {} is not a multiple of the SSD chunk size {}", req.prefill_piece, Q);
+    fail("generate: prefill_piece {} is not a multiple of the SSD chunk size {}", req.prefill_piece,
+         Q);
   req_ = std::move(req);
   sampler_.emplace(req_.sampling);
   st_.emplace(m_.new_state());
@@ -141,7 +144,7 @@ std::string Generator::feature_key() const {
 
 std::span<const Emitted> Generator::step() {
   model::BatchItem item;
-  if (!plan(item)) {
+  if (!plan(item, true)) {
     out_.clear();
     finish();
     return {};
@@ -149,9 +152,13 @@ std::span<const Emitted> Generator::step() {
   return complete(m_.forward(*item.st, item.tokens, item.opt, tc_));
 }
 
-bool Generator::plan(model::BatchItem& item) {
+bool Generator::plan(model::BatchItem& item, bool alone) {
   if (done_) return false;
   t_plan_ = now_seconds();
+  // A greedy round run alone is timed, drafting to the drafter's bookkeeping, for the draft
+  // length policy: any length gives the same tokens, and the forward's time is this request's.
+  timed_round_ = alone && policy_ && prefilled_ && req_.sampling.greedy();
+  t_round_ = t_plan_;
   const bool ok = prefilled_ ? plan_round(item) : plan_prefill(item);
   item.opt.profile = profile_;
   return ok;
@@ -164,6 +171,8 @@ std::span<const Emitted> Generator::complete(model::ForwardResult r) {
     complete_prefill(r_);
   else
     complete_round(r_);
+  if (timed_round_) policy_->observe(int(prop_.tokens.size()), now_seconds() - t_round_);
+  timed_round_ = false;
   if (done_) finish();
   return out_;
 }
@@ -253,7 +262,8 @@ void Generator::complete_prefill(model::ForwardResult& r) {
 bool Generator::plan_round(model::BatchItem& item) {
   const int64_t V = m_.config().vocab_size;
   // Never draft past the token budget: a round emits at most k + 1 tokens.
-  const int k_max = int(std::min<int64_t>(draft_max_, req_.max_tokens - s_.emitted - 1));
+  const int want = timed_round_ ? policy_->next(s_.proposed_at, s_.accepted_at) : draft_max_;
+  const int k_max = int(std::min<int64_t>(want, req_.max_tokens - s_.emitted - 1));
   prop_ = {};
   if (drafter_ && k_max > 0) {
     const double t0 = now_seconds();

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/draft_policy.h"
 #include "engine/sampler.h"
 #include "model/dflash.h"
 #include "model/nemotron_h.h"
@@ -65,8 +66,11 @@ class Generator {
   static constexpr int kMaxDraft = 15;  // verify width 1 + γ stays within the 16-row invariant path
 
   // Auto: the external drafter when one is given (DFlash / DSpark), else MTP if the checkpoint
-  // carries it, else none. A mode whose drafter is missing is an error. draft_max 0 = the
-  // drafter's default (3 for MTP and n-gram; block size − 1 for DFlash / DSpark).
+  // carries it, else none; greedy requests whose rounds run alone (step(), or plan(item, true))
+  // then draft as many tokens per round as pays (DraftPolicy: 0 to draft_max, by the rounds'
+  // times and acceptance). A mode whose
+  // drafter is missing is an error. draft_max 0 = the drafter's default (3 for MTP and n-gram;
+  // block size − 1 for DFlash / DSpark).
   Generator(const model::NemotronH& m, ThreadConfig tc, SpecMode mode = SpecMode::None,
             int draft_max = 0, const model::DFlashModel* draft = nullptr);
   // Any drafter (n-gram, scripted oracle, ...); null = plain decoding.
@@ -80,8 +84,9 @@ class Generator {
   // as plan() + NemotronH::forward + complete(), which a scheduler uses to batch many
   // Generators' forwards into one pass.
   std::span<const Emitted> step();
-  // The forward this step needs (drafting happens here). False once done().
-  bool plan(model::BatchItem& item);
+  // The forward this step needs (drafting happens here). False once done(). alone: the forward
+  // will run by itself, so its time is this request's and --spec auto's policy may use it.
+  bool plan(model::BatchItem& item, bool alone = false);
   // Takes that forward's result; returns the tokens it decided (none for a non-final prompt
   // piece).
   std::span<const Emitted> complete(model::ForwardResult r);
@@ -98,6 +103,8 @@ class Generator {
   std::span<const float> prompt_logits() const {
     return {prompt_logits_.data(), prompt_logits_.size()};
   }
+  // The adaptive draft length's estimates (--spec auto); null for a fixed draft length.
+  const DraftPolicy* draft_policy() const { return policy_ ? &*policy_ : nullptr; }
   // Per-block wall time of every forward this Generator runs (for bench); null = off.
   void set_profile(model::ForwardProfile* p) { profile_ = p; }
 
@@ -131,6 +138,9 @@ class Generator {
   SpecMode mode_ = SpecMode::None;
   int draft_max_ = 1;
   std::unique_ptr<speculative::Drafter> drafter_;
+  std::optional<DraftPolicy> policy_;  // --spec auto with a drafter
+  bool timed_round_ = false;           // the planned round runs alone and is timed
+  double t_round_ = 0;
   model::ForwardProfile* profile_ = nullptr;
 
   // Per request.
@@ -142,10 +152,10 @@ class Generator {
   Buffer<float> prompt_logits_;
   int32_t anchor_ = -1;
   bool prefilled_ = false, done_ = true, finished_ = true;
-  int64_t prompt_done_ = 0;                // prompt rows in the state
-  std::vector<float> prompt_features_;     // drafter features of those rows
-  std::vector<int32_t> rows_;              // the planned forward's tokens
-  speculative::DraftProposal prop_;        // the planned round's drafts
+  int64_t prompt_done_ = 0;             // prompt rows in the state
+  std::vector<float> prompt_features_;  // drafter features of those rows
+  std::vector<int32_t> rows_;           // the planned forward's tokens
+  speculative::DraftProposal prop_;     // the planned round's drafts
   double t_plan_ = 0;
   double t_begin_ = 0;
   speculative::SpecStats s_, total_;

@@ -29,8 +29,8 @@ void PrefixCache::insert(std::span<const int32_t> prompt, const std::string& key
   if (!enabled()) return;
   const std::span<const int32_t> prefix = prompt.first(size_t(st.n_past()));
   for (auto it = lru_.begin(); it != lru_.end(); ++it)
-    if (it->feature_key == key && std::equal(it->tokens.begin(), it->tokens.end(), prefix.begin(),
-                                             prefix.end())) {
+    if (it->feature_key == key &&
+        std::equal(it->tokens.begin(), it->tokens.end(), prefix.begin(), prefix.end())) {
       lru_.splice(lru_.begin(), lru_, it);
       return;
     }

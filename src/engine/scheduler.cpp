@@ -38,7 +38,9 @@ struct RequestStream::Sync {
   RequestSummary summary;
 };
 
-std::shared_ptr<RequestStream::Sync> RequestStream::make_sync() { return std::make_shared<Sync>(); }
+std::shared_ptr<RequestStream::Sync> RequestStream::make_sync() {
+  return std::make_shared<Sync>();
+}
 
 bool RequestStream::wait(std::vector<TokenOut>& out, std::chrono::milliseconds timeout) {
   std::unique_lock lk(sync_->mu);
@@ -124,19 +126,24 @@ struct Scheduler::Impl {
 
   const model::NemotronH& m;
   const SchedulerOptions& opt;
-  const int64_t chunk;  // the SSD chunk size: snapshots only at its multiples
+  const bool auto_default;  // the default speculation was Auto (opt.spec holds what it resolved to)
+  const int64_t chunk;      // the SSD chunk size: snapshots only at its multiples
   mutable std::mutex mu;
   std::condition_variable cv, idle_cv;
-  std::deque<Job> queue;       // guarded by mu
-  std::vector<Job> active;     // the worker's; its size is published under mu
+  std::deque<Job> queue;    // guarded by mu
+  std::vector<Job> active;  // the worker's; its size is published under mu
   bool stopping = false, draining = false;
   uint64_t next_id = 1;
   SchedulerMetrics totals;  // guarded by mu
   PrefixCache cache;        // the worker's
   std::thread worker;
 
-  Impl(const model::NemotronH& m_, const SchedulerOptions& o)
-      : m(m_), opt(o), chunk(m_.config().chunk_size), cache(o.prefix_cache_bytes) {
+  Impl(const model::NemotronH& m_, const SchedulerOptions& o, bool auto_default_)
+      : m(m_),
+        opt(o),
+        auto_default(auto_default_),
+        chunk(m_.config().chunk_size),
+        cache(o.prefix_cache_bytes) {
     worker = std::thread([this] { loop(); });
   }
   ~Impl() {
@@ -181,7 +188,9 @@ struct Scheduler::Impl {
 
   // A new request's Generator, resuming from the longest exact cached prefix of its prompt.
   void start(Job& j) {
-    const SpecMode mode = j.req.spec.value_or(opt.spec);
+    // The default Auto stays Auto here (Generator resolves it the same way and then adapts the
+    // draft length of greedy requests that run alone).
+    const SpecMode mode = j.req.spec ? *j.req.spec : auto_default ? SpecMode::Auto : opt.spec;
     j.gen = std::make_unique<Generator>(m, opt.threads, mode, opt.draft_max,
                                         drafter_for(mode, opt.drafter));
     GenerateRequest g;
@@ -245,6 +254,8 @@ struct Scheduler::Impl {
   void step_all() {
     std::vector<Job*> planned;
     std::vector<model::BatchItem> items;
+    // A request alone in the pass times its rounds (--spec auto's draft length policy).
+    const bool alone = active.size() == 1;
     for (Job& j : active) {
       if (j.stream->cancel_requested()) {
         end(j, FinishReason::Cancelled);
@@ -253,7 +264,7 @@ struct Scheduler::Impl {
       try {
         if (!j.gen) start(j);
         model::BatchItem item;
-        if (!j.gen->plan(item)) {
+        if (!j.gen->plan(item, alone)) {
           end(j, FinishReason::Length);
           continue;
         }
@@ -308,13 +319,15 @@ struct Scheduler::Impl {
   }
 };
 
-Scheduler::Scheduler(const model::NemotronH& m, SchedulerOptions opt) : m_(m), opt_(std::move(opt)) {
+Scheduler::Scheduler(const model::NemotronH& m, SchedulerOptions opt)
+    : m_(m), opt_(std::move(opt)) {
   // Resolve Auto once, the way Generator does (and fail early on an impossible mode).
   Generator probe(m_, opt_.threads, opt_.spec, opt_.draft_max,
                   drafter_for(opt_.spec, opt_.drafter));
   default_spec_ = probe.mode();
+  const bool auto_default = opt_.spec == SpecMode::Auto;
   opt_.spec = default_spec_;
-  impl_ = std::make_unique<Impl>(m_, opt_);
+  impl_ = std::make_unique<Impl>(m_, opt_, auto_default);
 }
 
 Scheduler::~Scheduler() = default;
@@ -345,15 +358,16 @@ std::shared_ptr<RequestStream> Scheduler::submit(RequestOptions req, std::string
     const SpecMode s = *req.spec;
     if ((s == SpecMode::DFlash || s == SpecMode::DSpark) &&
         (!opt_.drafter || opt_.drafter->dspark() != (s == SpecMode::DSpark)))
-      return refuse(Refusal::Invalid,
-                    fmt::format("speculation '{}' needs that drafter loaded at startup",
-                                spec_mode_name(s)));
+      return refuse(
+          Refusal::Invalid,
+          fmt::format("speculation '{}' needs that drafter loaded at startup", spec_mode_name(s)));
     if (s == SpecMode::Mtp && !model::MtpHead::present(m_))
       return refuse(Refusal::Invalid, "speculation 'mtp' needs a checkpoint with an MTP module");
-    if (s == SpecMode::Auto) req.spec = default_spec_;
+    if (s == SpecMode::Auto) req.spec.reset();  // the default, adaptive where it was Auto
   }
   std::lock_guard lk(impl_->mu);
-  if (impl_->draining || impl_->stopping) return refuse(Refusal::Draining, "the server is shutting down");
+  if (impl_->draining || impl_->stopping)
+    return refuse(Refusal::Draining, "the server is shutting down");
   if (int(impl_->queue.size()) >= opt_.max_queue)
     return refuse(Refusal::QueueFull,
                   fmt::format("{} requests are already waiting (the queue limit)", opt_.max_queue));
@@ -370,9 +384,8 @@ std::shared_ptr<RequestStream> Scheduler::submit(RequestOptions req, std::string
 void Scheduler::drain() {
   std::unique_lock lk(impl_->mu);
   impl_->draining = true;
-  impl_->idle_cv.wait(lk, [&] {
-    return impl_->stopping || (impl_->queue.empty() && impl_->totals.active == 0);
-  });
+  impl_->idle_cv.wait(
+      lk, [&] { return impl_->stopping || (impl_->queue.empty() && impl_->totals.active == 0); });
 }
 
 SchedulerMetrics Scheduler::metrics() const {

@@ -82,10 +82,10 @@ struct SchedulerOptions {
   SpecMode spec = SpecMode::None;  // default for requests (Auto resolves as in Generator)
   int draft_max = 0;               // 0: the drafter's default
   const model::DFlashModel* drafter = nullptr;
-  int max_active = 16;                 // sequences that decode together
-  int max_queue = 64;                  // waiting requests; submit refuses beyond (HTTP 429)
-  int64_t max_context = 0;             // prompt + max_tokens; 0 = unlimited
-  int64_t prefill_piece = 256;         // prompt rows per step (rounded to the SSD chunk size)
+  int max_active = 16;                       // sequences that decode together
+  int max_queue = 64;                        // waiting requests; submit refuses beyond (HTTP 429)
+  int64_t max_context = 0;                   // prompt + max_tokens; 0 = unlimited
+  int64_t prefill_piece = 256;               // prompt rows per step (rounded to the SSD chunk size)
   int64_t prefix_cache_bytes = 256ll << 20;  // 0 = off
 };
 

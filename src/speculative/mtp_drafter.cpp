@@ -20,9 +20,18 @@ void MtpDrafter::run_committed(const float* hidden, std::span<const int32_t> nex
   target_.logits_from_hidden(seed_hidden_.data(), 1, logits_.data(), tc_);
 }
 
+void MtpDrafter::flush() {
+  if (pending_tokens_.empty()) return;
+  run_committed(pending_hidden_.data(), pending_tokens_);
+  pending_hidden_.clear();
+  pending_tokens_.clear();
+}
+
 void MtpDrafter::begin(std::span<const int32_t> prompt, const float* hidden, int32_t anchor) {
   st_ = head_->new_state();
   committed_slots_ = 0;
+  pending_hidden_.clear();
+  pending_tokens_.clear();
   // Slot i pairs (h_i, t_{i+1}); the last prompt slot pairs with the anchor.
   std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
   next.push_back(anchor);
@@ -32,6 +41,7 @@ void MtpDrafter::begin(std::span<const int32_t> prompt, const float* hidden, int
 DraftProposal MtpDrafter::propose(int max_n, const SamplingParams& sp, Rng& rng) {
   DraftProposal p;
   if (max_n <= 0) return p;
+  flush();
   const int64_t H = target_.config().hidden_size, V = target_.config().vocab_size;
   const bool sampled = !sp.greedy();
   Buffer<float> h(static_cast<size_t>(H)), lg(static_cast<size_t>(V));
@@ -63,10 +73,12 @@ DraftProposal MtpDrafter::propose(int max_n, const SamplingParams& sp, Rng& rng)
   return p;
 }
 
-void MtpDrafter::commit(std::span<const int32_t> accepted, int32_t next_anchor, const float* hidden) {
-  std::vector<int32_t> next(accepted.begin(), accepted.end());
-  next.push_back(next_anchor);
-  run_committed(hidden, next);
+void MtpDrafter::commit(std::span<const int32_t> accepted, int32_t next_anchor,
+                        const float* hidden) {
+  const size_t H = size_t(target_.config().hidden_size), n = accepted.size() + 1;
+  pending_hidden_.insert(pending_hidden_.end(), hidden, hidden + n * H);
+  pending_tokens_.insert(pending_tokens_.end(), accepted.begin(), accepted.end());
+  pending_tokens_.push_back(next_anchor);
 }
 
 }  // namespace nemo::speculative

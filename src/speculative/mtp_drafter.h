@@ -18,7 +18,10 @@ class MtpDrafter : public Drafter {
   DraftProposal propose(int max_n, const SamplingParams& sp, Rng& rng) override;
   void commit(std::span<const int32_t> accepted, int32_t next_anchor, const float* hidden) override;
   // Draft logits of the next proposal's first token (tests compare them with the reference).
-  std::span<const float> next_logits() const { return {logits_.data(), logits_.size()}; }
+  std::span<const float> next_logits() {
+    flush();
+    return {logits_.data(), logits_.size()};
+  }
 
   // The last proposal (tests, dump): the anchor's position p (= committed MTP slots), the drafts
   // and the logits each was taken from: row 0 from slot p−1, row j from the j-th chained slot.
@@ -34,6 +37,8 @@ class MtpDrafter : public Drafter {
   // Runs MTP slots for (hidden rows, next tokens) after the committed slots; keeps the last
   // row's output hidden and logits as the seed of the next proposal.
   void run_committed(const float* hidden, std::span<const int32_t> next_tokens);
+  // Runs the slots committed since the last proposal (one forward for all of them).
+  void flush();
   const model::NemotronH& target_;
   std::unique_ptr<model::MtpHead> head_;
   model::MtpState st_;
@@ -42,6 +47,11 @@ class MtpDrafter : public Drafter {
   Buffer<float> seed_hidden_, logits_;  // [H], [V]
   Round round_;
   int64_t proposals_ = 0;
+  // Slots committed but not run yet (hidden rows [n, H] and next tokens): a round that drafts
+  // nothing (engine::DraftPolicy chose a plain step) then costs no MTP work; the next proposal
+  // runs them at once, with the same bits (the head's rows do not depend on the batch).
+  std::vector<float> pending_hidden_;
+  std::vector<int32_t> pending_tokens_;
 };
 
 }  // namespace nemo::speculative

@@ -339,3 +339,81 @@ TEST(SpeculativeSampling, MtpDraftsKeepTheTargetDistribution) {
     EXPECT_GT(pv, 0.001) << what << ": chi2 " << chi2 << " over " << cells << " cells";
   }
 }
+
+// The MTP drafter runs the slots a round commits only when it next proposes (a round that drafts
+// nothing, DraftPolicy's plain step, costs no MTP work). Its proposal is then bitwise the one it
+// gives when it proposes (and chains, and truncates) every round: commits of several rounds run
+// as one forward of the head, whose rows do not depend on the batch.
+TEST(MtpDrafter, CommitsRunLateGiveTheSameDrafts) {
+  static const auto m = model::NemotronH::load(std::string(NEMOTRON_SOURCE_DIR) + "/models/tiny-code");
+  const int64_t V = m->config().vocab_size, H = m->config().hidden_size;
+  const std::vector<int32_t> prompt = {533, 50, 99, 354, 354, 289, 276, 368, 544, 690, 589, 295};
+  model::ForwardOptions fo;
+  fo.want_hidden = fo.all_logits = true;
+  auto st = m->new_state();
+  auto r = m->forward(st, prompt, fo, ThreadConfig{1});
+  int32_t anchor = kernels::argmax({r.logits.data() + (r.rows - 1) * V, size_t(V)});
+  MtpDrafter every(*m, ThreadConfig{1}), late(*m, ThreadConfig{1});
+  every.begin(prompt, r.hidden.data(), anchor);
+  late.begin(prompt, r.hidden.data(), anchor);
+  const SamplingParams greedy;
+  Rng rng(1);
+  int compared = 0;
+  for (int round = 0; round < 9; ++round) {
+    every.propose(3, greedy, rng);  // chained slots that the next commit truncates
+    const int32_t in[1] = {anchor};
+    r = m->forward(st, in, fo, ThreadConfig{1});
+    anchor = kernels::argmax({r.logits.data(), size_t(V)});
+    ASSERT_EQ(r.hidden.size(), size_t(H));
+    every.commit({}, anchor, r.hidden.data());
+    late.commit({}, anchor, r.hidden.data());
+    if (round % 4 != 3) continue;  // `late` proposes after 4 commits
+    const DraftProposal a = every.propose(3, greedy, rng), b = late.propose(3, greedy, rng);
+    ASSERT_EQ(a.tokens, b.tokens) << "round " << round;
+    ASSERT_EQ(every.last_round().p, late.last_round().p);
+    ASSERT_EQ(every.last_round().logits.size(), late.last_round().logits.size());
+    EXPECT_EQ(0, std::memcmp(every.last_round().logits.data(), late.last_round().logits.data(),
+                             every.last_round().logits.size() * sizeof(float)))
+        << "round " << round;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 2);
+}
+
+// --spec auto: a greedy request's draft length adapts (DraftPolicy), its tokens stay the plain
+// ones; a sampled request drafts --draft-max every round, so a seed gives what --spec mtp gives.
+TEST(SpeculativeAuto, AdaptsGreedyOnlyAndKeepsTheTokens) {
+  static const auto m = model::NemotronH::load(std::string(NEMOTRON_SOURCE_DIR) + "/models/tiny-code");
+  engine::GenerateRequest req;
+  req.prompt = {533, 50, 99, 354, 354, 289, 276, 368, 544, 690, 589, 295};
+  req.max_tokens = 48;
+  const auto tokens = [&](engine::SpecMode mode, const engine::GenerateRequest& r,
+                          speculative::SpecStats* st = nullptr) {
+    engine::Generator g(*m, ThreadConfig{1}, mode, 3);
+    std::vector<int32_t> out;
+    g.generate(r, [&](int32_t t) {
+      out.push_back(t);
+      return true;
+    });
+    if (st) *st = g.stats();
+    EXPECT_EQ(g.draft_policy() != nullptr, mode == engine::SpecMode::Auto);
+    return out;
+  };
+  speculative::SpecStats st;
+  const auto plain = tokens(engine::SpecMode::None, req);
+  EXPECT_EQ(tokens(engine::SpecMode::Auto, req, &st), plain);
+  ASSERT_EQ(plain.size(), 48u);
+  // The policy ran: the first round drafts the cap, the second none (then as measured).
+  ASSERT_FALSE(st.proposed_at.empty());
+  EXPECT_GE(st.proposed_at[0], 1);
+  EXPECT_LT(st.proposed_at[0], st.rounds);
+  req.sampling.temperature = 0.8f;
+  for (uint64_t seed : {3u, 4u, 5u}) {
+    req.sampling.seed = seed;
+    speculative::SpecStats sa, sm;
+    EXPECT_EQ(tokens(engine::SpecMode::Auto, req, &sa), tokens(engine::SpecMode::Mtp, req, &sm))
+        << "seed " << seed;
+    EXPECT_EQ(sa.drafted, sm.drafted) << "seed " << seed;
+    EXPECT_EQ(sa.rounds, sm.rounds) << "seed " << seed;
+  }
+}
