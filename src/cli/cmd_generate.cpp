@@ -226,7 +226,10 @@ std::vector<Command> make_generate_commands() {
     if (!dopt->draft.empty()) draft = model::DFlashModel::load(resolve_draft_dir(dopt->draft), *m);
     if (draft && dopt->spec != "none")
       fail("dump: --draft and --spec {} exclude each other", dopt->spec);
-    const auto mode = draft ? engine::SpecMode::Auto : engine::parse_spec_mode(dopt->spec);
+    // The drafter's own mode, not Auto: every round drafts --draft-max (the dump records rounds).
+    const auto mode = !draft            ? engine::parse_spec_mode(dopt->spec)
+                      : draft->dspark() ? engine::SpecMode::DSpark
+                                        : engine::SpecMode::DFlash;
     engine::Generator g(*m, tc, mode, dopt->draft_max, draft.get());
     engine::GenerateRequest req;
     req.prompt = prompt;
