@@ -68,9 +68,8 @@ int compare_with_plain(const model::NemotronH& m, ThreadConfig tc,
   std::fprintf(stderr,
                "speculation %s (%s): accept length %.2f, %.0f%% of drafts accepted; %.1f tok/s vs "
                "%.1f tok/s plain: %.2fx\n",
-               mode, how.c_str(), spec.spec.mean_accept_length(),
-               100.0 * spec.spec.acceptance_rate(), spec_tps, plain_tps,
-               plain_tps > 0 ? spec_tps / plain_tps : 0.0);
+               mode, how.c_str(), st.mean_accept_length(), 100.0 * st.acceptance_rate(), spec_tps,
+               plain_tps, plain_tps > 0 ? spec_tps / plain_tps : 0.0);
   if (!req.sampling.greedy()) {
     std::fprintf(stderr,
                  "sampled: speculation keeps the target's distribution, not the same draws (not "
@@ -227,9 +226,8 @@ std::vector<Command> make_generate_commands() {
     if (draft && dopt->spec != "none")
       fail("dump: --draft and --spec {} exclude each other", dopt->spec);
     // The drafter's own mode, not Auto: every round drafts --draft-max (the dump records rounds).
-    const auto mode = !draft            ? engine::parse_spec_mode(dopt->spec)
-                      : draft->dspark() ? engine::SpecMode::DSpark
-                                        : engine::SpecMode::DFlash;
+    const auto mode =
+        draft ? engine::auto_spec_mode(*m, draft.get()) : engine::parse_spec_mode(dopt->spec);
     engine::Generator g(*m, tc, mode, dopt->draft_max, draft.get());
     engine::GenerateRequest req;
     req.prompt = prompt;

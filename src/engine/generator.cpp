@@ -37,6 +37,11 @@ const char* spec_mode_name(SpecMode m) {
   return "?";
 }
 
+SpecMode auto_spec_mode(const model::NemotronH& m, const model::DFlashModel* draft) {
+  if (draft) return draft->dspark() ? SpecMode::DSpark : SpecMode::DFlash;
+  return model::MtpHead::present(m) ? SpecMode::Mtp : SpecMode::None;
+}
+
 namespace {
 void check_draft_max(int draft_max) {
   if (draft_max < 1 || draft_max > Generator::kMaxDraft)
@@ -48,10 +53,7 @@ Generator::Generator(const model::NemotronH& m, ThreadConfig tc, SpecMode mode, 
                      const model::DFlashModel* draft)
     : m_(m), tc_(tc), mode_(mode), draft_max_(draft_max) {
   const bool adaptive = mode_ == SpecMode::Auto;
-  if (mode_ == SpecMode::Auto)
-    mode_ = draft                        ? (draft->dspark() ? SpecMode::DSpark : SpecMode::DFlash)
-            : model::MtpHead::present(m) ? SpecMode::Mtp
-                                         : SpecMode::None;
+  if (mode_ == SpecMode::Auto) mode_ = auto_spec_mode(m, draft);
   const bool external = mode_ == SpecMode::DFlash || mode_ == SpecMode::DSpark;
   if (draft && !external)
     fail("--draft {} is used with --spec auto, dflash or dspark, not --spec {}", draft->dir(),

@@ -24,6 +24,9 @@ namespace nemo::engine {
 enum class SpecMode { Auto, None, Mtp, Ngram, DFlash, DSpark };
 SpecMode parse_spec_mode(const std::string& s);  // auto | none | mtp | ngram | dflash | dspark
 const char* spec_mode_name(SpecMode m);
+// What Auto drafts with: the external drafter when given (its DFlash / DSpark mode), else MTP if
+// the checkpoint carries it, else none.
+SpecMode auto_spec_mode(const model::NemotronH& m, const model::DFlashModel* draft);
 
 struct GenerateRequest {
   std::vector<int32_t> prompt;
@@ -66,11 +69,10 @@ class Generator {
   static constexpr int kMaxDraft = 15;  // verify width 1 + γ stays within the 16-row invariant path
 
   // Auto: the external drafter when one is given (DFlash / DSpark), else MTP if the checkpoint
-  // carries it, else none; greedy requests whose rounds run alone (step(), or plan(item, true))
-  // then draft as many tokens per round as pays (DraftPolicy: 0 to draft_max, by the rounds'
-  // times and acceptance). A mode whose
-  // drafter is missing is an error. draft_max 0 = the drafter's default (3 for MTP and n-gram;
-  // block size − 1 for DFlash / DSpark).
+  // carries it, else none (auto_spec_mode); greedy requests whose rounds run alone (step(), or
+  // plan(item, true)) then draft as many tokens per round as pays (DraftPolicy: 0 to draft_max,
+  // by the rounds' times and acceptance). A mode whose drafter is missing is an error.
+  // draft_max 0 = the drafter's default (3 for MTP and n-gram; block size − 1 for DFlash / DSpark).
   Generator(const model::NemotronH& m, ThreadConfig tc, SpecMode mode = SpecMode::None,
             int draft_max = 0, const model::DFlashModel* draft = nullptr);
   // Any drafter (n-gram, scripted oracle, ...); null = plain decoding.

@@ -126,8 +126,7 @@ struct Scheduler::Impl {
 
   const model::NemotronH& m;
   const SchedulerOptions& opt;
-  const bool auto_default;  // the default speculation was Auto (opt.spec holds what it resolved to)
-  const int64_t chunk;      // the SSD chunk size: snapshots only at its multiples
+  const int64_t chunk;  // the SSD chunk size: snapshots only at its multiples
   mutable std::mutex mu;
   std::condition_variable cv, idle_cv;
   std::deque<Job> queue;    // guarded by mu
@@ -138,12 +137,8 @@ struct Scheduler::Impl {
   PrefixCache cache;        // the worker's
   std::thread worker;
 
-  Impl(const model::NemotronH& m_, const SchedulerOptions& o, bool auto_default_)
-      : m(m_),
-        opt(o),
-        auto_default(auto_default_),
-        chunk(m_.config().chunk_size),
-        cache(o.prefix_cache_bytes) {
+  Impl(const model::NemotronH& m_, const SchedulerOptions& o)
+      : m(m_), opt(o), chunk(m_.config().chunk_size), cache(o.prefix_cache_bytes) {
     worker = std::thread([this] { loop(); });
   }
   ~Impl() {
@@ -188,9 +183,9 @@ struct Scheduler::Impl {
 
   // A new request's Generator, resuming from the longest exact cached prefix of its prompt.
   void start(Job& j) {
-    // The default Auto stays Auto here (Generator resolves it the same way and then adapts the
-    // draft length of greedy requests that run alone).
-    const SpecMode mode = j.req.spec ? *j.req.spec : auto_default ? SpecMode::Auto : opt.spec;
+    // A default of Auto reaches the Generator as Auto (it resolves it as default_spec_ was, then
+    // adapts the draft length of greedy requests that run alone).
+    const SpecMode mode = j.req.spec.value_or(opt.spec);
     j.gen = std::make_unique<Generator>(m, opt.threads, mode, opt.draft_max,
                                         drafter_for(mode, opt.drafter));
     GenerateRequest g;
@@ -321,13 +316,12 @@ struct Scheduler::Impl {
 
 Scheduler::Scheduler(const model::NemotronH& m, SchedulerOptions opt)
     : m_(m), opt_(std::move(opt)) {
-  // Resolve Auto once, the way Generator does (and fail early on an impossible mode).
+  // Resolve Auto once, the way Generator does (and fail early on an impossible mode); opt_.spec
+  // keeps Auto, which each request's Generator resolves the same way.
   Generator probe(m_, opt_.threads, opt_.spec, opt_.draft_max,
                   drafter_for(opt_.spec, opt_.drafter));
   default_spec_ = probe.mode();
-  const bool auto_default = opt_.spec == SpecMode::Auto;
-  opt_.spec = default_spec_;
-  impl_ = std::make_unique<Impl>(m_, opt_, auto_default);
+  impl_ = std::make_unique<Impl>(m_, opt_);
 }
 
 Scheduler::~Scheduler() = default;

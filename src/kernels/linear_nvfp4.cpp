@@ -360,7 +360,7 @@ void range_nvfp4_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_ro
     round_row_bf16_avx512(x + r * x_stride, K, xw.data() + r * K, xt.data() + r * (K - K32));
   // Up to 8 rows: one pass. More: groups of 8 while their activations (8 * K * 2 bytes) fit in
   // half of L1 beside the streamed weights, else of 4 (K = 2688: 8-row groups measured ~10 %
-  // slower at 12 and 64 rows, 4-row ~15 % slower at K = 1856).
+  // slower at 12 and 64 rows; K = 1856: 4-row groups ~5 % slower at 64 rows).
   const int64_t group = n_rows <= 8 || 16 * K <= 32 * 1024 ? 8 : 4;
   const int64_t ob = n_rows <= 8 ? o_end - o_begin : packed::swept_block_outputs(w);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {

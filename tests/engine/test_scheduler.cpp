@@ -119,6 +119,46 @@ TEST(Scheduler, RequestOutputIndependentOfTheBatch) {
   }
 }
 
+// A server started with --spec auto: a greedy request alone in its passes adapts its draft length
+// (the first round drafts the cap, the second none), its tokens the plain ones; a request naming
+// mtp, or one submitted as auto to a server started with mtp, drafts every round (tiny-a's random
+// MTP head is never right, so a lone adaptive request mostly takes plain steps).
+TEST(Scheduler, DefaultAutoAdaptsALoneGreedyRequest) {
+  model::NemotronH& m = tiny();
+  const auto run = [&](SpecMode server, std::optional<SpecMode> req) {
+    Scheduler s(m, {.threads = {2}, .spec = server});
+    RequestOptions r = probe(SpecMode::None, 0.0f);
+    r.spec = req;
+    return collect(s.submit(r));
+  };
+  const Output plain = run(SpecMode::None, std::nullopt);
+  ASSERT_EQ(plain.toks.size(), 24u);
+  struct Case {
+    SpecMode server;
+    std::optional<SpecMode> req;
+    bool adaptive;
+  };
+  int checked = 0;
+  for (const Case& c : {Case{SpecMode::Auto, std::nullopt, true},
+                        {SpecMode::Auto, SpecMode::Auto, true},
+                        {SpecMode::Auto, SpecMode::Mtp, false},
+                        {SpecMode::Mtp, SpecMode::Auto, false}}) {
+    const Output o = run(c.server, c.req);
+    expect_same(plain, o);
+    ASSERT_FALSE(o.sum.spec.proposed_at.empty());
+    const int64_t drafted_rounds = o.sum.spec.proposed_at[0], rounds = o.sum.spec.rounds;
+    if (c.adaptive) {
+      EXPECT_GE(drafted_rounds, 1);
+      EXPECT_LT(drafted_rounds, rounds - 1);  // rounds without drafts
+    } else {
+      // Every round drafts but a last one the token budget leaves no room for.
+      EXPECT_GE(drafted_rounds, rounds - 1);
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+}
+
 // A Generator resumed from a snapshot at a chunk boundary emits bitwise the same logits rows as
 // one that prefilled the whole prompt, with and without a drafter that reads prompt features.
 TEST(PrefixCache, ResumedPrefillIsBitwiseTheFullOne) {
@@ -169,8 +209,7 @@ TEST(PrefixCache, ResumedPrefillIsBitwiseTheFullOne) {
     EXPECT_EQ(ta, tb);
     ASSERT_EQ(a.size(), size_t(12 * V));
     ASSERT_EQ(a.size(), b.size());
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
-        << spec_mode_name(spec);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << spec_mode_name(spec);
   }
 }
 
