@@ -67,8 +67,8 @@ inline uint8_t f32_to_e2m1(float x) {
   if (std::isnan(a)) return 7;
   // The code is the number of decision bounds passed (strict at the bounds that tie down to an
   // even code, inclusive where they tie up): branch-free, so random weights quantize fast.
-  const int c = int(a > 0.25f) + int(a >= 0.75f) + int(a > 1.25f) + int(a >= 1.75f) + int(a > 2.5f) +
-                int(a >= 3.5f) + int(a > 5.0f);
+  const int c = int(a > 0.25f) + int(a >= 0.75f) + int(a > 1.25f) + int(a >= 1.75f) +
+                int(a > 2.5f) + int(a >= 3.5f) + int(a > 5.0f);
   return uint8_t(sign | c);
 }
 

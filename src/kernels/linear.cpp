@@ -87,7 +87,8 @@ bool cpu_has_avx512_bf16() {
 }
 
 bool bf16_kernel_verified() {
-  static const bool ok = cpu_has_avx512_bf16() && detail::nvfp4_bf16_kernel_self_check();
+  static const bool ok = cpu_has_avx512_bf16() && detail::nvfp4_bf16_kernel_self_check() &&
+                         detail::fp8_bf16_kernel_self_check();
   return ok;
 }
 
@@ -241,11 +242,20 @@ RangeFn select_range_fn(WeightFormat f, Isa isa) {
 
 RangeFn select_range_fn(const PackedWeight& w, Isa isa) {  // (bf16_kernel_name follows it)
   if (w.arith == Arith::F32) return select_range_fn(w.format, isa);
-  if (w.format != WeightFormat::NVFP4)
-    fail("linear: bf16 activations are implemented for nvfp4 weights only, not {}",
-         weight_format_name(w.format));
-  if (isa >= Isa::Avx512 && bf16_kernel_verified()) return range_nvfp4_bf16_avx512;
-  return isa >= Isa::Avx2 ? range_nvfp4_bf16_avx2 : range_nvfp4_bf16_ref;
+  const bool avx512_bf16 = isa >= Isa::Avx512 && bf16_kernel_verified();
+  switch (w.format) {
+    case WeightFormat::NVFP4:
+      return avx512_bf16        ? range_nvfp4_bf16_avx512
+             : isa >= Isa::Avx2 ? range_nvfp4_bf16_avx2
+                                : range_nvfp4_bf16_ref;
+    case WeightFormat::FP8_E4M3:
+      return avx512_bf16        ? range_fp8_bf16_avx512
+             : isa >= Isa::Avx2 ? range_fp8_bf16_avx2
+                                : range_fp8_bf16_ref;
+    default:
+      fail("linear: bf16 activations are implemented for nvfp4 and fp8 weights only, not {}",
+           weight_format_name(w.format));
+  }
 }
 }  // namespace detail
 

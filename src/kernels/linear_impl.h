@@ -42,6 +42,13 @@ void range_fp8_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*,
 void range_fp8_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,
                       int64_t);
 void dequantize_row_fp8(const PackedWeight& w, int64_t o, float* out);
+void range_fp8_bf16_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
+                        int64_t, int64_t);
+void range_fp8_bf16_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
+                         int64_t, int64_t);
+void range_fp8_bf16_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
+                           int64_t, int64_t);
+bool fp8_bf16_kernel_self_check();  // as nvfp4_bf16_kernel_self_check
 void range_affine_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,
                       int64_t);
 void range_affine_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,

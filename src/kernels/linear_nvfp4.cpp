@@ -292,87 +292,41 @@ inline void round_row_bf16_avx512(const float* x, int64_t K, uint16_t* words, fl
   for (int64_t k = K32; k < K; ++k) tail[k - K32] = round_activation_bf16(x[k]);
 }
 
-// R rows (x~ in word order, stride K) x O outputs [o, o + O). The accumulators leave the
-// registers only once, through `lanes` (indexing them in the finishing loop spilled them on
-// every iteration of the main loop); each finishes as the f32 kernels' (finish_lanes).
-template <int R, int O>
-inline void tile_bf16(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
-                      int64_t ys, int64_t o) {
-  const int64_t K = w.cols, K32 = K - K % 32;
-  const uint8_t* cp[O];
-  const uint8_t* sp[O];
-  for (int j = 0; j < O; ++j) {
-    cp[j] = static_cast<const uint8_t*>(w.data) + (o + j) * (K / 2);
-    sp[j] = static_cast<const uint8_t*>(w.scales) + (o + j) * (K / 16);
-  }
-  __m512 acc[R][O];
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (int64_t k0 = 0; k0 < K32; k0 += 32) {
-    if ((k0 & 127) == 0)
-      for (int j = 0; j < O; ++j)
-        _mm_prefetch(reinterpret_cast<const char*>(cp[j] + O * (K / 2) + k0 / 2), _MM_HINT_T0);
-    __m512i wv[O];
-    for (int j = 0; j < O; ++j) wv[j] = decode32_bf16(cp[j] + k0 / 2, sp[j] + k0 / 16);
-    for (int r = 0; r < R; ++r) {
-      const __m512i xv = _mm512_loadu_si512(xw + r * K + k0);
-      for (int j = 0; j < O; ++j)
-        acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)wv[j], (__m512bh)xv);
+// Up to 8 rows: one pass (one decode feeds every row, so a 5-8-row pass decodes each weight
+// once). More: groups of 8 while their activations (8 * K * 2 bytes) fit in half of L1 beside the
+// streamed weights, else of 4 (K = 2688: 8-row groups measured ~10 % slower at 12 and 64 rows;
+// K = 1856: 4-row groups ~5 % slower at 64 rows).
+struct Nvfp4Bf16Z {
+  using Ref = Nvfp4Ref;
+  static constexpr int64_t kPrefetchK = 128;  // a cache line of codes
+  struct Cursor {
+    const uint8_t* codes;
+    const uint8_t* scales;
+    int64_t row_bytes;
+    void init(const PackedWeight& w, int64_t o) {
+      row_bytes = w.cols / 2;
+      codes = static_cast<const uint8_t*>(w.data) + o * row_bytes;
+      scales = static_cast<const uint8_t*>(w.scales) + o * (w.cols / 16);
     }
-  }
-  alignas(64) float lanes[R][O][16];
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < O; ++j) _mm512_store_ps(lanes[r][j], acc[r][j]);
-  Nvfp4Ref d;
-  d.init(w);
-  for (int j = 0; j < O; ++j) {
-    d.row(o + j);
-    for (int r = 0; r < R; ++r) {
-      float t = 0.0f;
-      for (int64_t k = K32; k < K; ++k) t = std::fma(d.at(k), xt[r * (K - K32) + (k - K32)], t);
-      y[r * ys + o + j] = packed::finish_lanes(_mm512_load_ps(lanes[r][j]), t, d.post());
+    __m512i decode(int64_t k0) const { return decode32_bf16(codes + k0 / 2, scales + k0 / 16); }
+    void prefetch(int64_t k0, int64_t ahead) const {
+      _mm_prefetch(reinterpret_cast<const char*>(codes + ahead * row_bytes + k0 / 2), _MM_HINT_T0);
     }
+  };
+  static void round_row(const float* x, int64_t K, uint16_t* words, float* tail) {
+    round_row_bf16_avx512(x, K, words, tail);
   }
-}
-
-// Up to 4 rows: 4 outputs per tile; 5-8 rows: 2 (16 accumulators either way). One decode then
-// feeds up to 8 rows, so a 5-8-row pass decodes each weight once instead of twice.
-template <int R>
-inline void rows_bf16(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
-                      int64_t ys, int64_t o_begin, int64_t o_end) {
-  constexpr int O = R <= 4 ? 4 : 2;
-  int64_t o = o_begin;
-  for (; o + O <= o_end; o += O) tile_bf16<R, O>(w, xw, xt, y, ys, o);
-  for (; o < o_end; ++o) tile_bf16<R, 1>(w, xw, xt, y, ys, o);
-}
+  static int64_t group(int64_t n_rows, int64_t K) {
+    return n_rows <= 8 || 16 * K <= 32 * 1024 ? 8 : 4;
+  }
+};
 
 }  // namespace
 
-// Rows in groups over output blocks of ~64 KB of packed weights (read from memory once).
 void range_nvfp4_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_rows,
                              int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
                              int64_t o_end) {
-  if (n_rows <= 0 || o_begin >= o_end) return;
-  const int64_t K = w.cols, K32 = K - K % 32;
-  std::vector<uint16_t> xw(size_t(std::max<int64_t>(1, n_rows * K)));
-  std::vector<float> xt(size_t(std::max<int64_t>(1, n_rows * (K - K32))));
-  for (int64_t r = 0; r < n_rows; ++r)
-    round_row_bf16_avx512(x + r * x_stride, K, xw.data() + r * K, xt.data() + r * (K - K32));
-  // Up to 8 rows: one pass. More: groups of 8 while their activations (8 * K * 2 bytes) fit in
-  // half of L1 beside the streamed weights, else of 4 (K = 2688: 8-row groups measured ~10 %
-  // slower at 12 and 64 rows; K = 1856: 4-row groups ~5 % slower at 64 rows).
-  const int64_t group = n_rows <= 8 || 16 * K <= 32 * 1024 ? 8 : 4;
-  const int64_t ob = n_rows <= 8 ? o_end - o_begin : packed::swept_block_outputs(w);
-  for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
-    const int64_t o1 = std::min(o_end, o0 + ob);
-    for (int64_t r = 0; r < n_rows; r += group) {
-      const uint16_t* xr = xw.data() + r * K;
-      const float* tr = xt.data() + r * (K - K32);
-      float* yr = y + r * y_stride;
-      packed::with_row_tile<8>(std::min(group, n_rows - r),
-                               [&]<int R>() { rows_bf16<R>(w, xr, tr, yr, y_stride, o0, o1); });
-    }
-  }
+  packed::range_bf16_z<Nvfp4Bf16Z>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 #pragma GCC pop_options
@@ -394,19 +348,6 @@ constexpr std::array<int, 16> kLaneByte = [] {
   return a;
 }();
 
-// x~ of one row: chunk c at 32 c as [x~(2p+1), x~(2p), x~(16+2p+1), x~(16+2p)] for p = 0..7;
-// the tail [K32, K) as x~ in k order after the chunks.
-inline void lay_row_bf16_avx2(const float* x, int64_t K, float* out) {
-  const int64_t K32 = K - K % 32;
-  for (int64_t k0 = 0; k0 < K32; k0 += 32)
-    for (int h = 0; h < 2; ++h)
-      for (int p = 0; p < 8; ++p) {
-        out[k0 + 16 * h + p] = round_activation_bf16(x[k0 + 16 * h + 2 * p + 1]);
-        out[k0 + 16 * h + 8 + p] = round_activation_bf16(x[k0 + 16 * h + 2 * p]);
-      }
-  for (int64_t k = K32; k < K; ++k) out[k] = round_activation_bf16(x[k]);
-}
-
 // One block's 8 lanes: w'(odd) then w'(even) of each byte into acc, for R rows. The decode is
 // Nvfp4Avx2::decode16's (2*E2M1 as int8 in the top byte of a dword, converted exactly, times
 // E4M3 * 2^-25), with the placing shuffles picking the even and the odd elements instead.
@@ -427,8 +368,8 @@ inline void block_bf16_avx2(const uint8_t* codes, const float* scale_2m25, const
   }
 }
 
-// R rows (laid out by lay_row_bf16_avx2, stride K) x O outputs [o, o + O). Each chunk is two
-// dependent FMAs per accumulator, so 1-2 rows take two outputs to keep enough chains in flight.
+// R rows (laid out by packed::lay_row_bf16_pairs, stride K) x O outputs [o, o + O). Each chunk is
+// two dependent FMAs per accumulator, so 1-2 rows take two outputs to keep enough chains in flight.
 template <int R, int O>
 inline void tile_bf16_avx2(const PackedWeight& w, const float* xl, float* y, int64_t ys,
                            int64_t o) {
@@ -469,30 +410,17 @@ inline void tile_bf16_avx2(const PackedWeight& w, const float* xl, float* y, int
     }
 }
 
-template <int R>
-inline void rows_bf16_avx2(const PackedWeight& w, const float* xl, float* y, int64_t ys,
-                           int64_t o_begin, int64_t o_end) {
-  int64_t o = o_begin;
-  if constexpr (R <= 2)
-    for (; o + 2 <= o_end; o += 2) tile_bf16_avx2<R, 2>(w, xl, y, ys, o);
-  for (; o < o_end; ++o) tile_bf16_avx2<R, 1>(w, xl, y, ys, o);
-}
+struct Nvfp4Bf16Pairs {
+  template <int R, int O>
+  static void tile(const PackedWeight& w, const float* xl, float* y, int64_t ys, int64_t o) {
+    tile_bf16_avx2<R, O>(w, xl, y, ys, o);
+  }
+};
 }  // namespace
 
 void range_nvfp4_bf16_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                            float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  if (n_rows <= 0 || o_begin >= o_end) return;
-  const int64_t K = w.cols;
-  std::vector<float> xl(size_t(n_rows * K));
-  for (int64_t r = 0; r < n_rows; ++r) lay_row_bf16_avx2(x + r * x_stride, K, xl.data() + r * K);
-  const int64_t ob = n_rows <= 4 ? o_end - o_begin : packed::swept_block_outputs(w);
-  for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
-    const int64_t o1 = std::min(o_end, o0 + ob);
-    for (int64_t r = 0; r < n_rows; r += 4)
-      packed::with_row_tile(n_rows - r, [&]<int R>() {
-        rows_bf16_avx2<R>(w, xl.data() + r * K, y + r * y_stride, y_stride, o0, o1);
-      });
-  }
+  packed::range_bf16_pairs<Nvfp4Bf16Pairs>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 #pragma GCC pop_options
@@ -517,13 +445,7 @@ bool nvfp4_bf16_kernel_self_check() {
                  .group = 16,
                  .arith = Arith::Bf16};
   std::vector<float> x(size_t(kRows * kCols));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const uint64_t r = rng.next();
-    const float m = float(r >> 40) * 0x1p-24f * ((r & 1) ? -1.0f : 1.0f);
-    x[i] = i % 17 == 3   ? 1.0f + 0x1p-8f  // a rounding tie
-           : i % 19 == 5 ? 0x1p-101f       // flushed to zero
-                         : std::ldexp(m, int((r >> 1) % 41) - 20);
-  }
+  packed::self_check_activations([&] { return rng.next(); }, x.data(), int64_t(x.size()));
   std::vector<float> want(size_t(kRows * kOut)), got(size_t(kRows * kOut), -1.0f);
   for (int64_t n = 1; n <= kRows; ++n) {
     range_nvfp4_bf16_ref(w, x.data(), n, kCols, want.data(), kOut, 0, kOut);

@@ -254,6 +254,21 @@ inline void with_row_tile(int64_t rows, F&& f) {
   }
 }
 
+// Arith::Bf16 on AVX2 (no VDPBF16PS): x~ of one row laid out so that an 8-lane f32 vector takes
+// the pairs (2p + 1, 2p) of 16 consecutive elements as two FMAs: each chunk of 32 at k0 as
+// [x~(k0 + 2p + 1) for p < 8, x~(k0 + 2p) for p < 8, the same for k0 + 16]; the tail [K32, K)
+// as x~ in k order after the chunks.
+inline void lay_row_bf16_pairs(const float* x, int64_t K, float* out) {
+  const int64_t K32 = K - K % 32;
+  for (int64_t k0 = 0; k0 < K32; k0 += 32)
+    for (int h = 0; h < 2; ++h)
+      for (int p = 0; p < 8; ++p) {
+        out[k0 + 16 * h + p] = round_activation_bf16(x[k0 + 16 * h + 2 * p + 1]);
+        out[k0 + 16 * h + 8 + p] = round_activation_bf16(x[k0 + 16 * h + 2 * p]);
+      }
+  for (int64_t k = K32; k < K; ++k) out[k] = round_activation_bf16(x[k]);
+}
+
 // Outputs per block when several row groups sweep the same weights: ~64 KB of packed
 // weights, so the block stays in L2 while every group passes over it.
 inline int64_t swept_block_outputs(const PackedWeight& w) {
@@ -436,5 +451,131 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
 }
 
 #pragma GCC pop_options
+
+// ---- Arith::Bf16 with VDPBF16PS (NVFP4 and FP8; the formats' files hold the decoders and the
+// order) ----
+// T::round_row(x, K, words, tail) prepares a row: its K32 chunks as bf16 words in the decoder's
+// order (stride K), its tail [K32, K) as f32 (stride K - K32). T::Cursor walks one output row:
+// init(w, o), decode(k0) = the chunk's 32 weights as bf16 words in that order, prefetch(k0, ahead)
+// every T::kPrefetchK weights. T::Ref is the format's scalar decoder (tails and post).
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c")
+
+// R rows x O outputs [o, o + O). The accumulators leave the registers only once, through
+// `lanes` (indexing them in the finishing loop spilled them on every iteration of the main
+// loop); each finishes as the f32 kernels' (finish_lanes).
+template <class T, int R, int O>
+inline void tile_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
+                        int64_t ys, int64_t o) {
+  const int64_t K = w.cols, K32 = K - K % 32;
+  typename T::Cursor c[O];
+  for (int j = 0; j < O; ++j) c[j].init(w, o + j);
+  __m512 acc[R][O];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t k0 = 0; k0 < K32; k0 += 32) {
+    if ((k0 & (T::kPrefetchK - 1)) == 0)
+      for (int j = 0; j < O; ++j) c[j].prefetch(k0, O);
+    __m512i wv[O];
+    for (int j = 0; j < O; ++j) wv[j] = c[j].decode(k0);
+    for (int r = 0; r < R; ++r) {
+      const __m512i xv = _mm512_loadu_si512(xw + r * K + k0);
+      for (int j = 0; j < O; ++j)
+        acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)wv[j], (__m512bh)xv);
+    }
+  }
+  alignas(64) float lanes[R][O][16];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < O; ++j) _mm512_store_ps(lanes[r][j], acc[r][j]);
+  typename T::Ref d;
+  d.init(w);
+  for (int j = 0; j < O; ++j) {
+    d.row(o + j);
+    for (int r = 0; r < R; ++r) {
+      float t = 0.0f;
+      for (int64_t k = K32; k < K; ++k) t = std::fma(d.at(k), xt[r * (K - K32) + (k - K32)], t);
+      y[r * ys + o + j] = finish_lanes(_mm512_load_ps(lanes[r][j]), t, d.post());
+    }
+  }
+}
+
+// Up to 4 rows take 4 outputs per tile, 5-8 rows 2 (16 accumulators either way). Rows go in
+// groups of T::group(n_rows, K) over output blocks of ~64 KB of weights, so memory is read once
+// however many groups sweep a block.
+template <class T, int R>
+inline void rows_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
+                        int64_t ys, int64_t o_begin, int64_t o_end) {
+  constexpr int O = R <= 4 ? 4 : 2;
+  int64_t o = o_begin;
+  for (; o + O <= o_end; o += O) tile_bf16_z<T, R, O>(w, xw, xt, y, ys, o);
+  for (; o < o_end; ++o) tile_bf16_z<T, R, 1>(w, xw, xt, y, ys, o);
+}
+
+template <class T>
+void range_bf16_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
+                  int64_t ys, int64_t o_begin, int64_t o_end) {
+  if (n_rows <= 0 || o_begin >= o_end) return;
+  const int64_t K = w.cols, K32 = K - K % 32;
+  std::vector<uint16_t> xw(size_t(std::max<int64_t>(1, n_rows * K)));
+  std::vector<float> xt(size_t(std::max<int64_t>(1, n_rows * (K - K32))));
+  for (int64_t r = 0; r < n_rows; ++r)
+    T::round_row(x + r * xs, K, xw.data() + r * K, xt.data() + r * (K - K32));
+  const int64_t group = T::group(n_rows, K);
+  const int64_t ob = n_rows <= group ? o_end - o_begin : swept_block_outputs(w);
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
+    const int64_t o1 = std::min(o_end, o0 + ob);
+    for (int64_t r = 0; r < n_rows; r += group) {
+      const uint16_t* xr = xw.data() + r * K;
+      const float* tr = xt.data() + r * (K - K32);
+      float* yr = y + r * ys;
+      with_row_tile<8>(std::min(group, n_rows - r),
+                       [&]<int R>() { rows_bf16_z<T, R>(w, xr, tr, yr, ys, o0, o1); });
+    }
+  }
+}
+
+#pragma GCC pop_options
+
+// On AVX2: T::tile<R, O>(w, xl, y, ys, o) over rows laid out by lay_row_bf16_pairs (stride K);
+// tiles of up to 4 rows, two outputs at 1-2 rows (each chunk is two dependent FMAs per
+// accumulator, so one or two rows need more chains in flight).
+template <class T, int R>
+inline void rows_bf16_pairs(const PackedWeight& w, const float* xl, float* y, int64_t ys,
+                            int64_t o_begin, int64_t o_end) {
+  int64_t o = o_begin;
+  if constexpr (R <= 2)
+    for (; o + 2 <= o_end; o += 2) T::template tile<R, 2>(w, xl, y, ys, o);
+  for (; o < o_end; ++o) T::template tile<R, 1>(w, xl, y, ys, o);
+}
+
+template <class T>
+void range_bf16_pairs(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
+                      int64_t ys, int64_t o_begin, int64_t o_end) {
+  if (n_rows <= 0 || o_begin >= o_end) return;
+  const int64_t K = w.cols;
+  std::vector<float> xl(size_t(n_rows * K));
+  for (int64_t r = 0; r < n_rows; ++r) lay_row_bf16_pairs(x + r * xs, K, xl.data() + r * K);
+  const int64_t ob = n_rows <= 4 ? o_end - o_begin : swept_block_outputs(w);
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
+    const int64_t o1 = std::min(o_end, o0 + ob);
+    for (int64_t r = 0; r < n_rows; r += 4)
+      with_row_tile(n_rows - r, [&]<int R>() {
+        rows_bf16_pairs<T, R>(w, xl.data() + r * K, y + r * ys, ys, o0, o1);
+      });
+  }
+}
+
+// Activations for the bf16 kernels' self-checks: magnitudes over 2^-20..2^20 and both signs,
+// every 17th a rounding tie, every 19th below the flush threshold. `next` gives 64 random bits.
+template <class Next>
+inline void self_check_activations(Next&& next, float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t r = next();
+    const float m = float(r >> 40) * 0x1p-24f * ((r & 1) ? -1.0f : 1.0f);
+    x[i] = i % 17 == 3   ? 1.0f + 0x1p-8f
+           : i % 19 == 5 ? 0x1p-101f
+                         : std::ldexp(m, int((r >> 1) % 41) - 20);
+  }
+}
 
 }  // namespace nemo::kernels::detail::packed

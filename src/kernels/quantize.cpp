@@ -49,7 +49,8 @@ Nvfp4Quantized quantize_nvfp4(std::span<const float> w, int64_t rows, int64_t co
   q.cols = cols;
   // weight_scale_2 = amax / (6 * 448), f32 division as in ModelOpt.
   q.scale2 = scale2 > 0.0f ? scale2 : amax_of(w) / 2688.0f;
-  // An all-zero tensor would give 0/0 block scales (as in ModelOpt); any positive scale2 decodes it.
+  // An all-zero tensor would give 0/0 block scales (as in ModelOpt); any positive scale2 decodes
+  // it.
   if (!(q.scale2 > 0.0f) || !std::isfinite(q.scale2)) q.scale2 = 1.0f / 2688.0f;
   q.packed.assign(size_t(rows * cols / 2), 0);
   q.scales.assign(size_t(rows * cols / 16), 0);
@@ -61,7 +62,7 @@ Nvfp4Quantized quantize_nvfp4(std::span<const float> w, int64_t rows, int64_t co
       float bamax = 0.0f;
       for (int i = 0; i < 16; ++i) bamax = std::max(bamax, std::fabs(blk[i]));
       float s = bamax / denom;
-      if (s == 0.0f) s = 1.0f;             // all-zero block (or scale2 huge)
+      if (s == 0.0f) s = 1.0f;                  // all-zero block (or scale2 huge)
       s = std::clamp(s, 0.001953125f, 448.0f);  // [2^-9, 448]: no underflow to 0, no NaN cast
       const uint8_t sb = f32_to_e4m3(s);
       q.scales[size_t(r * (cols / 16) + b)] = sb;
@@ -118,7 +119,8 @@ PackedWeight AffineQuantized::view() const {
 }
 
 // MLX CPU `quantize` (ml-explore/mlx backend/cpu/quantized.cpp), in f32.
-void affine_quantize_group(const float* w, int n, int bits, uint8_t* q, float* scale_out, float* bias_out) {
+void affine_quantize_group(const float* w, int n, int bits, uint8_t* q, float* scale_out,
+                           float* bias_out) {
   const float n_bins = float((1 << bits) - 1);
   float wmin = std::numeric_limits<float>::infinity(), wmax = -wmin;
   for (int j = 0; j < n; ++j) {
@@ -143,11 +145,12 @@ void affine_quantize_group(const float* w, int n, int bits, uint8_t* q, float* s
   *bias_out = bias;
 }
 
-AffineQuantized quantize_affine(std::span<const float> w, int64_t rows, int64_t cols, int bits, int group) {
+AffineQuantized quantize_affine(std::span<const float> w, int64_t rows, int64_t cols, int bits,
+                                int group) {
   check_shape(w, rows, cols, "quantize_affine");
   NEMO_CHECK(bits == 4 || bits == 8, "quantize_affine: bits {} (supported: 4, 8)", bits);
-  NEMO_CHECK(group == 32 || group == 64 || group == 128, "quantize_affine: group {} (supported: 32, 64, 128)",
-             group);
+  NEMO_CHECK(group == 32 || group == 64 || group == 128,
+             "quantize_affine: group {} (supported: 32, 64, 128)", group);
   NEMO_CHECK(cols % group == 0, "quantize_affine: cols {} not a multiple of group {}", cols, group);
   AffineQuantized q;
   q.rows = rows;
@@ -167,7 +170,8 @@ AffineQuantized quantize_affine(std::span<const float> w, int64_t rows, int64_t 
       q.scales[gi] = f32_to_bf16(s);
       q.biases[gi] = f32_to_bf16(b);
       uint32_t* out = q.words.data() + (r * cols + g * group) / per_word;
-      for (int j = 0; j < group; ++j) out[j / per_word] |= uint32_t(codes[j]) << ((j % per_word) * bits);
+      for (int j = 0; j < group; ++j)
+        out[j / per_word] |= uint32_t(codes[j]) << ((j % per_word) * bits);
     }
   return q;
 }
@@ -182,22 +186,26 @@ void validate_packed_weight(const PackedWeight& w, const std::string& what) {
     case WeightFormat::NVFP4:
       NEMO_CHECK(w.cols % 16 == 0, "{}: nvfp4 input dim {} is not a multiple of 16", what, w.cols);
       NEMO_CHECK(w.scales != nullptr, "{}: nvfp4 weight without weight_scale", what);
-      NEMO_CHECK(w.group == 0 || w.group == 16, "{}: nvfp4 block size {} (must be 16)", what, w.group);
-      NEMO_CHECK(std::isfinite(w.scale) && w.scale > 0.0f, "{}: nvfp4 weight_scale_2 = {} (must be finite > 0)",
-                 what, w.scale);
+      NEMO_CHECK(w.group == 0 || w.group == 16, "{}: nvfp4 block size {} (must be 16)", what,
+                 w.group);
+      NEMO_CHECK(std::isfinite(w.scale) && w.scale > 0.0f,
+                 "{}: nvfp4 weight_scale_2 = {} (must be finite > 0)", what, w.scale);
       break;
     case WeightFormat::FP8_E4M3:
-      NEMO_CHECK(std::isfinite(w.scale) && w.scale > 0.0f, "{}: fp8 weight_scale = {} (must be finite > 0)", what,
-                 w.scale);
+      NEMO_CHECK(std::isfinite(w.scale) && w.scale > 0.0f,
+                 "{}: fp8 weight_scale = {} (must be finite > 0)", what, w.scale);
       break;
     case WeightFormat::AFFINE4:
     case WeightFormat::AFFINE8:
-      NEMO_CHECK(w.group == 32 || w.group == 64 || w.group == 128, "{}: affine group size {} (supported 32/64/128)",
-                 what, w.group);
-      NEMO_CHECK(w.cols % w.group == 0, "{}: affine input dim {} not a multiple of group {}", what, w.cols, w.group);
-      NEMO_CHECK(w.scales != nullptr && w.biases != nullptr, "{}: affine weight without scales/biases", what);
+      NEMO_CHECK(w.group == 32 || w.group == 64 || w.group == 128,
+                 "{}: affine group size {} (supported 32/64/128)", what, w.group);
+      NEMO_CHECK(w.cols % w.group == 0, "{}: affine input dim {} not a multiple of group {}", what,
+                 w.cols, w.group);
+      NEMO_CHECK(w.scales != nullptr && w.biases != nullptr,
+                 "{}: affine weight without scales/biases", what);
       break;
-    default: break;
+    default:
+      break;
   }
 }
 

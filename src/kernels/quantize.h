@@ -21,7 +21,8 @@ struct Nvfp4Quantized {
   PackedWeight view() const;
 };
 // w: row-major [rows, cols], cols % 16 == 0. scale2 <= 0 means "compute amax(w)/(6*448)".
-Nvfp4Quantized quantize_nvfp4(std::span<const float> w, int64_t rows, int64_t cols, float scale2 = 0.0f);
+Nvfp4Quantized quantize_nvfp4(std::span<const float> w, int64_t rows, int64_t cols,
+                              float scale2 = 0.0f);
 
 // ModelOpt FP8 per-tensor: weight E4M3 [rows, cols], weight_scale = amax/448 (f32).
 struct Fp8Quantized {
@@ -42,7 +43,8 @@ struct AffineQuantized {
   std::vector<uint16_t> scales, biases;  // bf16 bits
   PackedWeight view() const;
 };
-AffineQuantized quantize_affine(std::span<const float> w, int64_t rows, int64_t cols, int bits, int group);
+AffineQuantized quantize_affine(std::span<const float> w, int64_t rows, int64_t cols, int bits,
+                                int group);
 
 // One MLX group: q codes (0..2^bits-1), f32 scale/bias as used for q, as MLX computes them.
 void affine_quantize_group(const float* w, int n, int bits, uint8_t* q, float* scale, float* bias);

@@ -501,21 +501,26 @@ float rne8(float x) {
              : float(v);
 }
 
-// make_nvfp4 with Arith::Bf16.
-std::unique_ptr<Case> make_nvfp4_bf16(int64_t rows, int64_t cols, uint32_t seed) {
-  auto c = make_nvfp4(rows, cols, seed);
+// make_nvfp4 or make_fp8 (every code but NaN: zeros and subnormals in most 32-weight chunks,
+// none in some) with Arith::Bf16.
+std::unique_ptr<Case> make_bf16(WeightFormat f, int64_t rows, int64_t cols, uint32_t seed) {
+  auto c = f == WeightFormat::NVFP4 ? make_nvfp4(rows, cols, seed) : make_fp8(rows, cols, seed);
   c->w.arith = Arith::Bf16;
   return c;
 }
+constexpr WeightFormat kBf16Formats[] = {WeightFormat::NVFP4, WeightFormat::FP8_E4M3};
 
-// The order, written from its statement: in each 32-weight chunk, the 8 qwords of the decoder
-// hold 4 words each; qword j's words come from scale block j % 2, positions 4 * (j / 2) .. + 3.
-// Lane l sums words 2l + 1 then 2l; lanes fold as (l, l + 8), then the fixed 8-lane sum.
+// The order, written from its statement: in each 32-weight chunk, NVFP4's decoder holds 4 words
+// in each of its 8 qwords; qword j's words come from scale block j % 2, positions 4 * (j / 2) ..
+// + 3. FP8's words are in k order. Lane l sums words 2l + 1 then 2l; lanes fold as (l, l + 8),
+// then the fixed 8-lane sum.
 float by_definition(const Case& m, int64_t o, const std::vector<float>& xr, float post) {
   const int64_t K = m.w.cols, K32 = K / 32 * 32;
   int element[32];
   for (int j = 0; j < 8; ++j)
-    for (int i = 0; i < 4; ++i) element[4 * j + i] = (j % 2) * 16 + (j / 2) * 4 + i;
+    for (int i = 0; i < 4; ++i)
+      element[4 * j + i] =
+          m.w.format == WeightFormat::NVFP4 ? (j % 2) * 16 + (j / 2) * 4 + i : 4 * j + i;
   float lane[16] = {};
   for (int64_t c = 0; c < K32; c += 32)
     for (int l = 0; l < 16; ++l)
@@ -558,71 +563,73 @@ TEST(LinearBf16, ActivationRoundingIsNearestEvenWithTinyFlushed) {
 
 TEST(LinearBf16, ReferenceFollowsTheStatedOrder) {
   int compared = 0;
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 96}, {20, 80}, {9, 16}, {5, 2688}}) {
-    const auto m = make_nvfp4_bf16(rows, cols, uint32_t(rows * 131 + cols));
-    for (int64_t n : {1, 3, 6}) {
-      const auto x = rand_x(n, cols, uint32_t(n + cols));
-      std::vector<float> y(static_cast<size_t>(n * rows));
-      linear_range(m->w, x.data(), n, cols, y.data(), rows, 0, rows, Isa::Reference);
-      for (int64_t r = 0; r < n; ++r) {
-        std::vector<float> xr(static_cast<size_t>(cols));
-        for (int64_t k = 0; k < cols; ++k) xr[size_t(k)] = rne8(x[size_t(r * cols + k)]);
-        for (int64_t o = 0; o < rows; ++o, ++compared)
-          ASSERT_EQ(std::bit_cast<uint32_t>(y[size_t(r * rows + o)]),
-                    std::bit_cast<uint32_t>(by_definition(*m, o, xr, m->w.scale)))
-              << rows << "x" << cols << " row " << r << " output " << o;
+  for (WeightFormat f : kBf16Formats)
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 96}, {20, 80}, {9, 16}, {5, 2688}}) {
+      const auto m = make_bf16(f, rows, cols, uint32_t(rows * 131 + cols));
+      for (int64_t n : {1, 3, 6}) {
+        const auto x = rand_x(n, cols, uint32_t(n + cols));
+        std::vector<float> y(static_cast<size_t>(n * rows));
+        linear_range(m->w, x.data(), n, cols, y.data(), rows, 0, rows, Isa::Reference);
+        for (int64_t r = 0; r < n; ++r) {
+          std::vector<float> xr(static_cast<size_t>(cols));
+          for (int64_t k = 0; k < cols; ++k) xr[size_t(k)] = rne8(x[size_t(r * cols + k)]);
+          for (int64_t o = 0; o < rows; ++o, ++compared)
+            ASSERT_EQ(std::bit_cast<uint32_t>(y[size_t(r * rows + o)]),
+                      std::bit_cast<uint32_t>(by_definition(*m, o, xr, m->post)))
+                << m->name << " row " << r << " output " << o;
+        }
       }
     }
-  }
-  EXPECT_EQ(compared, (37 + 20 + 9 + 5) * (1 + 3 + 6));
+  EXPECT_EQ(compared, 2 * (37 + 20 + 9 + 5) * (1 + 3 + 6));
 }
 
 TEST(LinearBf16, EveryIsaEqualsTheReferenceAtEveryWidthThreadAndRange) {
   IsaGuard guard;
   int compared = 0;
   // K = 2080: rows past 8 go in groups of 4 (their activations would crowd L1 in groups of 8).
-  for (auto [rows, cols] :
-       {std::pair<int64_t, int64_t>{37, 96}, {20, 80}, {9, 16}, {640, 512}, {22, 2080}}) {
-    const auto m = make_nvfp4_bf16(rows, cols, uint32_t(rows + 7 * cols));
-    for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) {
-      const int64_t xs = cols + 3, ys = rows + 5;
-      auto x = rand_x(n, xs, uint32_t(9 * n + cols));
-      for (size_t i = 0; i < x.size(); ++i) {  // ties, and either side of the flush threshold
-        if (i % 7 == 3) x[i] = (i % 2 ? -1.0f : 1.0f) * (1.0f + 0x1p-8f);
-        if (i % 11 == 5) x[i] = i % 2 ? -0x1p-101f : 0x1p-99f;
-        if (i % 13 == 6) x[i] = 1.5e-38f;
-      }
-      std::vector<float> ref(static_cast<size_t>(n * ys), -1.0f);
-      linear_range(m->w, x.data(), n, xs, ref.data(), ys, 0, rows, Isa::Reference);
-      for (Isa isa : available_isas()) {
-        set_active_isa(isa);
-        for (int nt : {1, 2, 3}) {
+  for (WeightFormat f : kBf16Formats)
+    for (auto [rows, cols] :
+         {std::pair<int64_t, int64_t>{37, 96}, {20, 80}, {9, 16}, {640, 512}, {22, 2080}}) {
+      const auto m = make_bf16(f, rows, cols, uint32_t(rows + 7 * cols));
+      for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) {
+        const int64_t xs = cols + 3, ys = rows + 5;
+        auto x = rand_x(n, xs, uint32_t(9 * n + cols));
+        for (size_t i = 0; i < x.size(); ++i) {  // ties, and either side of the flush threshold
+          if (i % 7 == 3) x[i] = (i % 2 ? -1.0f : 1.0f) * (1.0f + 0x1p-8f);
+          if (i % 11 == 5) x[i] = i % 2 ? -0x1p-101f : 0x1p-99f;
+          if (i % 13 == 6) x[i] = 1.5e-38f;
+        }
+        std::vector<float> ref(static_cast<size_t>(n * ys), -1.0f);
+        linear_range(m->w, x.data(), n, xs, ref.data(), ys, 0, rows, Isa::Reference);
+        for (Isa isa : available_isas()) {
+          set_active_isa(isa);
+          for (int nt : {1, 2, 3}) {
+            std::vector<float> y(static_cast<size_t>(n * ys), -1.0f);
+            linear(m->w, x.data(), n, xs, y.data(), ys, ThreadConfig{nt});
+            ++compared;
+            EXPECT_TRUE(bitwise_equal(ref, y))
+                << m->name << " rows=" << n << " threads=" << nt << " " << isa_name(isa);
+          }
           std::vector<float> y(static_cast<size_t>(n * ys), -1.0f);
-          linear(m->w, x.data(), n, xs, y.data(), ys, ThreadConfig{nt});
+          for (int64_t b = 0; b < rows;) {
+            const int64_t e = std::min(rows, b + 1 + b % 5);
+            linear_range(m->w, x.data(), n, xs, y.data(), ys, b, e, isa);
+            b = e;
+          }
           ++compared;
           EXPECT_TRUE(bitwise_equal(ref, y))
-              << rows << "x" << cols << " rows=" << n << " threads=" << nt << " " << isa_name(isa);
-        }
-        std::vector<float> y(static_cast<size_t>(n * ys), -1.0f);
-        for (int64_t b = 0; b < rows;) {
-          const int64_t e = std::min(rows, b + 1 + b % 5);
-          linear_range(m->w, x.data(), n, xs, y.data(), ys, b, e, isa);
-          b = e;
-        }
-        ++compared;
-        EXPECT_TRUE(bitwise_equal(ref, y))
-            << rows << "x" << cols << " ranges, rows=" << n << " " << isa_name(isa);
-        // Each row alone gives the bits it has in the batch.
-        for (int64_t r = 0; r < n; r += 3) {
-          std::vector<float> y1(static_cast<size_t>(ys), -1.0f);
-          linear_range(m->w, x.data() + r * xs, 1, xs, y1.data(), ys, 0, rows, isa);
-          ++compared;
-          EXPECT_EQ(0, std::memcmp(y1.data(), ref.data() + r * ys, size_t(rows) * 4))
-              << rows << "x" << cols << " row " << r << " alone, " << isa_name(isa);
+              << m->name << " ranges, rows=" << n << " " << isa_name(isa);
+          // Each row alone gives the bits it has in the batch.
+          for (int64_t r = 0; r < n; r += 3) {
+            std::vector<float> y1(static_cast<size_t>(ys), -1.0f);
+            linear_range(m->w, x.data() + r * xs, 1, xs, y1.data(), ys, 0, rows, isa);
+            ++compared;
+            EXPECT_EQ(0, std::memcmp(y1.data(), ref.data() + r * ys, size_t(rows) * 4))
+                << m->name << " row " << r << " alone, " << isa_name(isa);
+          }
         }
       }
     }
-  }
   // A CPU with the instruction must pass the kernel's self-check (else the comparisons above ran
   // the reference against itself).
   EXPECT_EQ(bf16_kernel_verified(), cpu_has_avx512_bf16());
@@ -630,47 +637,50 @@ TEST(LinearBf16, EveryIsaEqualsTheReferenceAtEveryWidthThreadAndRange) {
               cpu_has_avx512_bf16() ? " with AVX512_BF16 (vdpbf16ps kernel)" : " (reference only)",
               compared);
   const int per_isa = 5 * (10 * 4 + (1 + 1 + 1 + 2 + 2 + 2 + 3 + 3 + 3 + 6));  // + rows 0, 3, ...
-  EXPECT_EQ(compared, per_isa * int(available_isas().size()));
+  EXPECT_EQ(compared, 2 * per_isa * int(available_isas().size()));
 }
 
 TEST(LinearBf16, AccurateAgainstExactSums) {
   // Against the exact (double) sum of w' * round(x): only the f32 accumulation differs; against
   // the f32-activation product: the activation rounding (relative 2^-9 per term) dominates.
-  const auto m = make_nvfp4_bf16(64, 2688, 3);
-  const auto x = rand_x(1, 2688, 4);
-  std::vector<float> y(64), y32(64);
-  linear_range(m->w, x.data(), 1, 2688, y.data(), 64, 0, 64, active_isa());
-  PackedWeight f32 = m->w;
-  f32.arith = Arith::F32;
-  linear_range(f32, x.data(), 1, 2688, y32.data(), 64, 0, 64, active_isa());
-  double worst_acc = 0, worst_round = 0;
-  for (int64_t o = 0; o < 64; ++o) {
-    double exact = 0, mag = 0;
-    for (int64_t k = 0; k < 2688; ++k) {
-      exact += double(m->kernel_w[size_t(o * 2688 + k)]) * rne8(x[size_t(k)]);
-      mag += std::fabs(double(m->kernel_w[size_t(o * 2688 + k)]) * x[size_t(k)]);
+  for (WeightFormat f : kBf16Formats) {
+    const auto m = make_bf16(f, 64, 2688, 3);
+    const auto x = rand_x(1, 2688, 4);
+    std::vector<float> y(64), y32(64);
+    linear_range(m->w, x.data(), 1, 2688, y.data(), 64, 0, 64, active_isa());
+    PackedWeight f32 = m->w;
+    f32.arith = Arith::F32;
+    linear_range(f32, x.data(), 1, 2688, y32.data(), 64, 0, 64, active_isa());
+    double worst_acc = 0, worst_round = 0;
+    for (int64_t o = 0; o < 64; ++o) {
+      double exact = 0, mag = 0;
+      for (int64_t k = 0; k < 2688; ++k) {
+        exact += double(m->kernel_w[size_t(o * 2688 + k)]) * rne8(x[size_t(k)]);
+        mag += std::fabs(double(m->kernel_w[size_t(o * 2688 + k)]) * x[size_t(k)]);
+      }
+      exact *= m->post, mag *= m->post;
+      worst_acc = std::max(worst_acc, std::fabs(y[size_t(o)] - exact) / mag);
+      worst_round = std::max(worst_round, std::fabs(double(y[size_t(o)]) - y32[size_t(o)]) / mag);
     }
-    exact *= m->w.scale, mag *= m->w.scale;
-    worst_acc = std::max(worst_acc, std::fabs(y[size_t(o)] - exact) / mag);
-    worst_round = std::max(worst_round, std::fabs(double(y[size_t(o)]) - y32[size_t(o)]) / mag);
+    std::printf("[ bf16 accuracy ] %s: accumulation %.3g, vs f32 activations %.3g (of sum |w x|)\n",
+                m->name.c_str(), worst_acc, worst_round);
+    EXPECT_LT(worst_acc, 1e-7) << m->name;    // measured 2.6e-8 / 1.8e-8: f32 sums of 2688 terms
+    EXPECT_LT(worst_round, 2e-3) << m->name;  // measured 2.6e-4 / 2.2e-4; at most 2^-9 per term
+    EXPECT_GT(worst_round, 1e-5) << m->name;  // and it did round
   }
-  std::printf("[ bf16 accuracy ] accumulation %.3g, vs f32 activations %.3g (of sum |w x|)\n",
-              worst_acc, worst_round);
-  EXPECT_LT(worst_acc, 1e-7);    // measured 2.6e-8 (4x margin): f32 sums of 2688 terms
-  EXPECT_LT(worst_round, 2e-3);  // measured 2.6e-4; the rounding is at most 2^-9 of each term
-  EXPECT_GT(worst_round, 1e-5);  // and it did round
 }
 
 TEST(LinearBf16, OtherFormatsFailWithAClearError) {
-  std::vector<uint8_t> data(64 * 32);
-  PackedWeight w{WeightFormat::FP8_E4M3, 64, 32, data.data(), nullptr, nullptr, 1.0f, 0};
+  std::vector<uint8_t> data(64 * 32 * 2);
+  PackedWeight w{WeightFormat::BF16, 64, 32, data.data(), nullptr, nullptr, 1.0f, 0};
   w.arith = Arith::Bf16;
   std::vector<float> x(32, 1.0f), y(64);
   try {
     linear(w, x.data(), 1, 32, y.data(), 64, ThreadConfig{1});
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("bf16 activations are implemented for nvfp4"),
+    EXPECT_NE(std::string(e.what()).find("bf16 activations are implemented for nvfp4 and fp8 "
+                                         "weights only, not bf16"),
               std::string::npos)
         << e.what();
   }
