@@ -575,7 +575,7 @@ std::vector<Command> make_bench_command() {
     const double tl = now_seconds();
     auto m = model::NemotronH::load(dir->path, {.kv_dtype = model::parse_kv_dtype(bo->kv_cache),
                                                 .no_mmap = bo->no_mmap,
-                                                .nvfp4_arith = arith_of(bo->arith)});
+                                                .packed_arith = arith_of(bo->arith)});
     const double load_s = now_seconds() - tl;
     std::unique_ptr<model::DFlashModel> draft;
     if (!bo->draft.empty()) draft = model::DFlashModel::load(resolve_draft_dir(bo->draft), *m);

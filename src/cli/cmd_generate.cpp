@@ -214,7 +214,7 @@ std::vector<Command> make_generate_commands() {
     const auto dir = resolve_model_dir(dopt->model);
     auto m = model::NemotronH::load(dir->path, {.fp8_static_activations = dopt->fp8_static,
                                                 .kv_dtype = model::parse_kv_dtype(dopt->kv_cache),
-                                                .nvfp4_arith = arith_of(dopt->arith)});
+                                                .packed_arith = arith_of(dopt->arith)});
     const auto prompt = parse_ids(dopt->ids);
     if (prompt.empty()) fail("--ids: empty prompt");
     const int64_t V = m->config().vocab_size;

@@ -36,11 +36,11 @@ CLI::Validator in_range(double lo, double hi);  // lo <= v <= hi, finite
 // A comma list of integers, each in [lo, hi] (empty items are skipped); parse it with int_list.
 CLI::Validator int_list_range(int lo, int hi);
 std::vector<int> int_list(const std::string& s);  // after int_list_range accepted it
-// --arith f32|bf16 (model::LoadOptions::nvfp4_arith), for every command that loads a model.
+// --arith f32|bf16 (model::LoadOptions::packed_arith), for every command that loads a model.
 void add_arith_option(CLI::App* s, std::string& arith);
 // Its value, with a note on stderr where bf16 has no fast kernel on this CPU.
 kernels::Arith arith_of(const std::string& arith);
-// "NVFP4 layers: f32 activations" or "... bf16 activations (<kernel> kernel)", for banners.
+// "NVFP4/FP8 layers: f32 activations" or "... bf16 activations (<kernel> kernel)", for banners.
 std::string arith_summary(const std::string& arith);
 CLI::Validator threads_range();  // 0 (all cores) .. 1024
 

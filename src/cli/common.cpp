@@ -174,7 +174,7 @@ model::LoadOptions GenerationFlags::load_options() const {
   return {.fp8_static_activations = fp8_static,
           .kv_dtype = model::parse_kv_dtype(kv_cache),
           .no_mmap = no_mmap,
-          .nvfp4_arith = arith_of(arith)};
+          .packed_arith = arith_of(arith)};
 }
 
 kernels::Arith arith_of(const std::string& arith) {
@@ -184,28 +184,30 @@ kernels::Arith arith_of(const std::string& arith) {
   const kernels::Isa isa = kernels::active_isa();
   const std::string kernel = kernels::bf16_kernel_name(isa);
   if (kernel != "avx512_bf16" && isa == kernels::Isa::Avx512 && kernels::cpu_has_avx512_bf16())
-    std::fprintf(stderr,
-                 "warning: --arith bf16: this CPU's VDPBF16PS does not give the defined sums (the "
-                 "self-check failed; please report the CPU), so NVFP4 layers run the AVX2 kernel "
-                 "(same results, slower)\n");
+    std::fprintf(
+        stderr,
+        "warning: --arith bf16: this CPU's VDPBF16PS does not give the defined sums (the "
+        "self-check failed; please report the CPU), so NVFP4 and FP8 layers run the AVX2 kernel "
+        "(same results, slower)\n");
   else if (kernel == "reference")
     std::fprintf(stderr,
-                 "note: --arith bf16: this CPU has no AVX2, so NVFP4 layers run the scalar "
+                 "note: --arith bf16: this CPU has no AVX2, so NVFP4 and FP8 layers run the scalar "
                  "reference kernel (same results, many times slower)\n");
   return a;
 }
 
 std::string arith_summary(const std::string& arith) {
-  if (kernels::parse_arith(arith) == kernels::Arith::F32) return "NVFP4 layers: f32 activations";
-  return fmt::format("NVFP4 layers: bf16 activations ({} kernel)",
+  if (kernels::parse_arith(arith) == kernels::Arith::F32)
+    return "NVFP4/FP8 layers: f32 activations";
+  return fmt::format("NVFP4/FP8 layers: bf16 activations ({} kernel)",
                      kernels::bf16_kernel_name(kernels::active_isa()));
 }
 
 void add_arith_option(CLI::App* s, std::string& arith) {
   s->add_option(
        "--arith", arith,
-       "NVFP4 layers' activations: f32 (as computed) | bf16 (rounded to bf16 first, as GPU "
-       "W4A16 kernels take them; the AVX512_BF16 kernel where the CPU has one)")
+       "NVFP4 and FP8 layers' activations: f32 (as computed) | bf16 (rounded to bf16 first, as "
+       "GPU W4A16/W8A16 kernels take them; the AVX512_BF16 kernels where the CPU has them)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
 }

@@ -98,7 +98,7 @@ std::unique_ptr<DFlashModel> DFlashModel::load(const std::string& dir, const Nem
       new DFlashModel(target, cfg, std::move(store), std::move(qc), opt));
   const io::DrafterConfig& c = m->cfg_;
   // The drafter multiplies as its target does (--arith): one switch per run.
-  WeightBinder b(m->store_, m->qc_, {.nvfp4_arith = target.load_options().nvfp4_arith});
+  WeightBinder b(m->store_, m->qc_, {.packed_arith = target.load_options().packed_arith});
   const std::string P = b.has("model.layers.0.input_layernorm.weight") ? "model." : "";
   auto lin = [&](const layout::TensorSpec& s) {
     Linear w = b.linear(s);

@@ -77,13 +77,16 @@ Linear WeightBinder::bind_checked(const std::string& prefix, int64_t out, int64_
       w.scales = store_.get(prefix + ".weight_scale").data;
       w.scale = m.weight_scale;
       w.group = 16;
-      w.arith = opt_.nvfp4_arith;
+      w.arith = opt_.packed_arith;
       break;
     case io::QuantAlgo::FP8:
       w.format = kernels::WeightFormat::FP8_E4M3;
       w.data = data;
       w.scale = m.weight_scale;
-      if (m.input_scale && opt_.fp8_static_activations) w.input_scale = *m.input_scale;
+      if (m.input_scale && opt_.fp8_static_activations)
+        w.input_scale = *m.input_scale;  // W8A8: its E4M3 activations, f32 arithmetic
+      else
+        w.arith = opt_.packed_arith;
       break;
     case io::QuantAlgo::MlxAffine: {
       const int bits = m.quant.bits, g = m.quant.group_size;

@@ -207,7 +207,11 @@ TEST_P(ModelProps, ChunkedPrefillMatchesRecurrence) {
   auto r2 = m.forward(s2, prompt, rec, ThreadConfig{2});
   ASSERT_EQ(r1.logits.size(), r2.logits.size());
   const auto [max_abs, max_ref] = logit_gap(r1.logits, r2.logits);
-  EXPECT_LE(max_abs / max_ref, 1e-4);
+  // With bf16 activations the Mamba out_proj rounds the scan's output to bf16, so where the two
+  // forms differ in the last f32 bits an element may land on the other bf16 neighbour: one bf16
+  // step (2^-8) then bounds the gap (measured 7.9e-4 on tiny-q ModelOpt).
+  const double tol = GetParam().arith == kernels::Arith::Bf16 ? 0x1p-8 : 1e-4;
+  EXPECT_LE(max_abs / max_ref, tol);
   EXPECT_GT(max_ref, 0.0);
   // The two forms are not expected to agree bitwise; make sure the SSD path actually ran. Its
   // trace is in the f32 SSM states: quantized activations (W8A8: y is rounded to FP8 before
@@ -594,8 +598,8 @@ TEST(ModelKvCache, StoreLoadRoundTrip) {
   EXPECT_EQ(y, 448.0f);
 }
 
-// --arith bf16 rounds the activations of NVFP4 layers only: a ModelOpt checkpoint's logits move by
-// about bf16's precision, an MLX or dense checkpoint's do not move at all.
+// --arith bf16 rounds the activations of NVFP4 and FP8 layers only: a ModelOpt checkpoint's logits
+// move by about bf16's precision, an MLX or dense checkpoint's do not move at all.
 TEST(ModelArith, Bf16ActivationsChangeOnlyNvfp4Layers) {
   using F = synth::SynthFormat;
   const auto Bf16 = kernels::Arith::Bf16;

@@ -498,6 +498,14 @@ class Fp8StaticMode(unittest.TestCase):
         m.bf16_act = frozenset()                                        # the f32 mode leaves x alone
         self.assertNotEqual(float(m.lin(torch.from_numpy(x)[None], "l.weight")[0, 0]), y)
 
+    def test_bf16_act_names(self):
+        """Which modules the bf16-activation mode rounds: NVFP4 and FP8, but not FP8 run as W8A8 (static)."""
+        import nemotron_ref as ref
+        info = {"a.weight": {"format": "nvfp4"}, "b.weight": {"format": "fp8", "input_scale": 0.5},
+                "c.weight": {"format": "fp8"}, "d.weight": {"format": "bf16"}, "e.weight": {}}
+        self.assertEqual(ref.bf16_act_names_from_info(info), {"a.weight", "b.weight", "c.weight"})
+        self.assertEqual(ref.bf16_act_names_from_info(info, fp8_static=True), {"a.weight", "c.weight"})
+
 
 def run(verbosity=1):
     """Run the suite; returns (n_run, n_failed_or_errored, text report)."""

@@ -23,7 +23,7 @@ struct Target {
   io::DType dtype = io::DType::BF16;  // Dense: every tensor's dtype
   model::KvDtype kv = model::KvDtype::F32;
   bool w8a8 = false;  // ModelOpt: FP8 layers quantize their inputs with the static input_scale
-  kernels::Arith arith = kernels::Arith::F32;  // NVFP4 layers' arithmetic (--arith)
+  kernels::Arith arith = kernels::Arith::F32;  // NVFP4 / FP8 layers' arithmetic (--arith)
 };
 
 // e.g. tiny_a_F32, tiny_q_modelopt_w8a8_kvfp8 (a gtest name).
@@ -62,14 +62,15 @@ inline model::NemotronH& load_target(const Target& t, uint64_t seed) {
       synth::write_checkpoint(synth::preset_config(t.preset), d->path(), o);
     }
     m = model::NemotronH::load(
-        d->path(), {.fp8_static_activations = t.w8a8, .kv_dtype = t.kv, .nvfp4_arith = t.arith});
+        d->path(), {.fp8_static_activations = t.w8a8, .kv_dtype = t.kv, .packed_arith = t.arith});
   }
   return *m;
 }
 
 // tiny-q (every width a multiple of 64) in every quantized format — ModelOpt NVFP4 + FP8, the
 // same with W8A8 static activations, MLX 4- and 8-bit — with every KV-cache dtype; and ModelOpt
-// with bf16 activations in its NVFP4 layers (--arith bf16), alone and with W8A8 and an FP8 cache.
+// with bf16 activations in its NVFP4 and FP8 layers (--arith bf16), alone and with W8A8 (whose FP8
+// layers keep f32 arithmetic) and an FP8 cache.
 inline std::vector<Target> quantized_targets() {
   using F = synth::SynthFormat;
   std::vector<Target> v;

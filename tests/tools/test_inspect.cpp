@@ -524,11 +524,12 @@ TEST(Inspect, SynthFormatsAndDrafters) {
       EXPECT_EQ(r.params.mtp_total, base.params.mtp_total);
     }
     EXPECT_EQ(r.state.fixed(), base.state.fixed());
-    // The text names the kernels this CPU runs, and --arith bf16's only where NVFP4 layers exist.
+    // The text names the kernels this CPU runs, and --arith bf16's only where NVFP4 or FP8 layers
+    // exist (ModelOpt's: both; MLX: neither).
     const std::string text = inspect::to_text(r);
     EXPECT_NE(text.find(std::string("kernels      ") + kernels::isa_name(kernels::active_isa())),
               std::string::npos);
-    EXPECT_EQ(text.find("NVFP4 with --arith bf16: ") != std::string::npos,
+    EXPECT_EQ(text.find("NVFP4/FP8 with --arith bf16: ") != std::string::npos,
               std::string(bucket) == "nvfp4")
         << text;
   }

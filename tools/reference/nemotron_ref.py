@@ -121,10 +121,13 @@ def load_checkpoint(model_dir, return_info=False):
     return cfg, tensors
 
 
-def nvfp4_names_from_info(info):
-    """The weight names stored as NVFP4 - the layers whose inputs the bf16-activation mode rounds
-    (engine `--arith bf16`, formats.md §2.1)."""
-    return {name for name, ent in info.items() if ent.get("format") == "nvfp4"}
+def bf16_act_names_from_info(info, fp8_static=False):
+    """The weight names whose inputs the bf16-activation mode rounds (engine `--arith bf16`, formats.md §2.1):
+    those stored as NVFP4 or FP8, except FP8 modules with an input_scale when the W8A8 parity mode runs them
+    (their E4M3 activations are exact in f32)."""
+    return {name for name, ent in info.items()
+            if ent.get("format") == "nvfp4"
+            or (ent.get("format") == "fp8" and not (fp8_static and "input_scale" in ent))}
 
 
 def round_bf16_activation(x):
@@ -394,7 +397,7 @@ class NemotronH:
         self.fp8 = {k: (wq.to(dtype), ws, xs) for k, (wq, ws, xs) in (fp8_static or {}).items()}
         self.fp8_stats = {}   # weight name -> [activations quantized, of which clamped at +-448]
         # bf16-activation mode (engine --arith bf16): the weight names whose inputs are rounded to bf16 first
-        # (nvfp4_names_from_info); None/empty = f32 activations everywhere, the project default.
+        # (bf16_act_names_from_info); None/empty = f32 activations everywhere, the project default.
         self.bf16_act = frozenset(bf16_act or ())
         self.v = frozenset(variants)
         self.scan_chunk = None   # None: sequential scan (the oracle); Q: chunked SSD with chunk Q (training)

@@ -301,13 +301,15 @@ std::string to_text(const InspectReport& r, int64_t context) {
     o += "\n";
   }
   // What this machine would run it with (the report itself describes the checkpoint only).
-  const bool nvfp4 =
-      r.modules_by_format.count("nvfp4") || (r.draft && r.draft->modules_by_format.count("nvfp4"));
+  const auto has = [&](const char* f) {
+    return r.modules_by_format.count(f) || (r.draft && r.draft->modules_by_format.count(f));
+  };
+  const bool packed = has("nvfp4") || has("fp8");
   const kernels::Isa isa = kernels::active_isa();
-  o += fmt::format(
-      "kernels      {} on this CPU{}\n", kernels::isa_name(isa),
-      nvfp4 ? fmt::format("; NVFP4 with --arith bf16: {} kernel", kernels::bf16_kernel_name(isa))
-            : "");
+  o += fmt::format("kernels      {} on this CPU{}\n", kernels::isa_name(isa),
+                   packed ? fmt::format("; NVFP4/FP8 with --arith bf16: {} kernel",
+                                        kernels::bf16_kernel_name(isa))
+                          : "");
   o += r.runnable() ? "runnable     yes\n"
                     : fmt::format("runnable     NO ({} problem(s))\n", r.problems.size());
   for (const auto& p : r.problems) o += "problem      " + p + "\n";
