@@ -216,7 +216,7 @@ void args(benchmark::internal::Benchmark* b) {
 
 // Arith::Bf16's kernels (AVX2, AVX512_BF16).
 void args_bf16(benchmark::internal::Benchmark* b) {
-  for (int rows : {1, 2, 3, 4, 5, 8, 12, 64})
+  for (int rows : {1, 2, 3, 4, 5, 6, 7, 8, 12, 64})
     for (int threads : {1, 2})
       for (int isa : {1, 2}) b->Args({rows, threads, isa});
   b->Unit(benchmark::kMicrosecond)->UseRealTime();
