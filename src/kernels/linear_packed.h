@@ -499,15 +499,15 @@ inline void tile_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* 
   }
 }
 
-// Up to 5 rows take 4 outputs per tile, 6-8 rows 3 (16-24 accumulators of the 32 registers:
-// VDPBF16PS has ~1.9 ns latency here, so fewer chains leave it idle; 5-8 rows x 2 outputs
-// measured 1.1-1.35x slower on NVFP4 lm_head and expert shapes). Rows go in groups of
-// T::group(n_rows, K) over output blocks of ~64 KB of weights, so memory is read once however
-// many groups sweep a block.
+// Outputs per tile: 8 for 1-2 rows, 5 for 3, 4 for 4-5, 3 for 6-8 (8-24 accumulators of the 32
+// registers). VDPBF16PS has ~1.9 ns latency on Zen 5, so a tile needs that many independent
+// chains: with 4 outputs at 1-3 rows and 2 at 5-8 the same passes measured 1.1-1.5x slower
+// (docs/PERFORMANCE.md). Rows go in groups of T::group(n_rows, K) over output blocks of ~64 KB
+// of weights, so memory is read once however many groups sweep a block.
 template <class T, int R>
 inline void rows_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
                         int64_t ys, int64_t o_begin, int64_t o_end) {
-  constexpr int O = R <= 4 ? 4 : R == 5 ? 4 : 3;
+  constexpr int O = R <= 2 ? 8 : R == 3 ? 5 : R <= 5 ? 4 : 3;
   int64_t o = o_begin;
   for (; o + O <= o_end; o += O) tile_bf16_z<T, R, O>(w, xw, xt, y, ys, o);
   for (; o < o_end; ++o) tile_bf16_z<T, R, 1>(w, xw, xt, y, ys, o);
