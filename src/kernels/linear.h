@@ -27,8 +27,9 @@ enum class WeightFormat : uint8_t {
 const char* weight_format_name(WeightFormat f);
 
 // The arithmetic of a product. F32: the activations as given (every format). Bf16: each
-// activation rounded to bf16 first (round_activation_bf16), as GPU W4A16 kernels take them, and
-// the sums in the order of linear_nvfp4.cpp's bf16 section (NVFP4 only; docs/FORMATS.md).
+// activation rounded to bf16 first (round_activation_bf16), as GPU W4A16 / W8A16 kernels take them,
+// and
+// the sums in the order of the formats' bf16 sections (NVFP4 and FP8 only; docs/FORMATS.md §2.1).
 enum class Arith : uint8_t { F32, Bf16 };
 const char* arith_name(Arith a);
 // "f32" | "bf16"; anything else fails naming `option` (the command-line flag).
@@ -49,7 +50,7 @@ struct PackedWeight {
   float scale = 1.0f;            // NVFP4: weight_scale_2; FP8: weight_scale
   int64_t group = 0;             // AFFINE*: group size; NVFP4: 16
   float input_scale = 0.0f;      // FP8: > 0 emulates static W8A8 activation quantisation
-  Arith arith = Arith::F32;      // Bf16: NVFP4 only (linear() fails otherwise)
+  Arith arith = Arith::F32;      // Bf16: NVFP4 and FP8 only (others fail)
   int64_t bytes() const;         // resident bytes of data + scales + biases
 };
 
@@ -67,11 +68,12 @@ const char* isa_name(Isa isa);
 // and bf16_kernel_verified(); else the AVX2 kernel (the same fused multiply-adds in f32), else
 // the scalar reference.
 bool cpu_has_avx512_bf16();
-// The CPU has AVX512_BF16 and the kernel built on it gave the scalar reference's bits in a
-// self-check run once per process (the instruction's summation order is what the kernel's
+// The CPU has AVX512_BF16 and the kernels built on it (NVFP4, FP8) gave the scalar reference's bits
+// in a self-check run once per process (the instruction's summation order is what the kernel's
 // definition rests on; a CPU that summed otherwise would fall back to AVX2, not drift).
 bool bf16_kernel_verified();
-// Which kernel Arith::Bf16's NVFP4 products run at `isa`: "avx512_bf16", "avx2" or "reference".
+// Which kernels Arith::Bf16's NVFP4 and FP8 products run at `isa`: "avx512_bf16", "avx2" or
+// "reference".
 const char* bf16_kernel_name(Isa isa);
 
 // y[r * y_stride + o] for r < n_rows, o < w.rows. Threads split o.
