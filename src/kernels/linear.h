@@ -27,9 +27,9 @@ enum class WeightFormat : uint8_t {
 const char* weight_format_name(WeightFormat f);
 
 // The arithmetic of a product. F32: the activations as given (every format). Bf16: each
-// activation rounded to bf16 first (round_activation_bf16), as GPU W4A16 / W8A16 kernels take them,
-// and
-// the sums in the order of the formats' bf16 sections (NVFP4 and FP8 only; docs/FORMATS.md §2.1).
+// activation rounded to bf16 first (round_activation_bf16), as GPU W4A16 / W8A16 kernels take
+// them, and the sums in the order of the formats' bf16 sections (NVFP4 and FP8 only;
+// docs/FORMATS.md §2.1).
 enum class Arith : uint8_t { F32, Bf16 };
 const char* arith_name(Arith a);
 // "f32" | "bf16"; anything else fails naming `option` (the command-line flag).
