@@ -600,7 +600,7 @@ TEST(ModelKvCache, StoreLoadRoundTrip) {
 
 // --arith bf16 rounds the activations of NVFP4 and FP8 layers only: a ModelOpt checkpoint's logits
 // move by about bf16's precision, an MLX or dense checkpoint's do not move at all.
-TEST(ModelArith, Bf16ActivationsChangeOnlyNvfp4Layers) {
+TEST(ModelArith, Bf16ActivationsChangeOnlyNvfp4AndFp8Layers) {
   using F = synth::SynthFormat;
   const auto Bf16 = kernels::Arith::Bf16;
   struct Expect {
