@@ -330,13 +330,7 @@ bool fp8_bf16_kernel_self_check() {
                  .arith = Arith::Bf16};
   std::vector<float> x(size_t(kRows * kCols));
   packed::self_check_activations([&] { return rng.next(); }, x.data(), int64_t(x.size()));
-  std::vector<float> want(size_t(kRows * kOut)), got(size_t(kRows * kOut), -1.0f);
-  for (int64_t n = 1; n <= kRows; ++n) {
-    range_fp8_bf16_ref(w, x.data(), n, kCols, want.data(), kOut, 0, kOut);
-    range_fp8_bf16_avx512(w, x.data(), n, kCols, got.data(), kOut, 0, kOut);
-    if (std::memcmp(want.data(), got.data(), size_t(n * kOut) * 4) != 0) return false;
-  }
-  return true;
+  return packed::self_check_rows(w, x.data(), kRows, range_fp8_bf16_ref, range_fp8_bf16_avx512);
 }
 
 // Spec order: W = E4M3 * weight_scale (one f32 multiply).

@@ -580,4 +580,18 @@ inline void self_check_activations(Next&& next, float* x, int64_t n) {
   }
 }
 
+// The end of both bf16 self-checks: `kernel` against `ref` over every row count 1..max_rows of x
+// (rows of w.cols values), bitwise; false at the first difference.
+inline bool self_check_rows(const PackedWeight& w, const float* x, int64_t max_rows, RangeFn ref,
+                            RangeFn kernel) {
+  const int64_t n_out = w.rows;
+  std::vector<float> want(size_t(max_rows * n_out)), got(size_t(max_rows * n_out), -1.0f);
+  for (int64_t n = 1; n <= max_rows; ++n) {
+    ref(w, x, n, w.cols, want.data(), n_out, 0, n_out);
+    kernel(w, x, n, w.cols, got.data(), n_out, 0, n_out);
+    if (std::memcmp(want.data(), got.data(), size_t(n * n_out) * 4) != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace nemo::kernels::detail::packed
