@@ -4,9 +4,6 @@
 // Args: rows (batch), threads, ISA (0 reference, 1 avx2, 2 avx512; runs only those the CPU has),
 // so the paths are measured side by side in one run. Shapes are Lightning's: expert down_proj
 // [2688, 1856], lm_head [131072, 2688], Mamba in_proj [10304, 2688] (FP8).
-// NEMOTRON_BENCH_NVFP4_LAYOUT=tiles stores every NVFP4 weight's codes in the Tiles layout
-// (kernels/linear.h): compare layouts with one binary, alternating processes (on a noisy VM one
-// process can run in a slower mode than the next, so cases inside one process do not compare).
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -14,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "base/mapped_file.h"
@@ -52,11 +48,6 @@ Weights make(WeightFormat f, int64_t rows, int64_t cols) {
       for (auto& b : m.scales) b = uint8_t(0x18 + b % 32);
       m.w.scale = 0.001f;
       m.w.group = 16;
-      if (const char* l = std::getenv("NEMOTRON_BENCH_NVFP4_LAYOUT");
-          l && std::strcmp(l, "tiles") == 0 && nvfp4_tiles_apply(rows, cols)) {
-        nvfp4_codes_to_tiles(m.data, rows, cols);
-        m.w.layout = CodeLayout::Tiles;
-      }
       break;
     case WeightFormat::FP8_E4M3: {  // A weight tensor as ModelOpt writes it: normal values, amax at
                                     // 448 (~5 sigma), so codes with exponent 0 (zeros and
@@ -115,8 +106,7 @@ void run(benchmark::State& st, WeightFormat f, int64_t rows, int64_t cols,
   const Isa isa = Isa(st.range(2));
   if (isa > detected_isa()) return st.SkipWithError("ISA not available on this CPU");
   set_active_isa(isa);
-  st.SetLabel(std::string(path_label(isa, arith)) +
-              (m.w.layout == CodeLayout::Tiles ? " tiles" : ""));
+  st.SetLabel(path_label(isa, arith));
   // Activations and outputs 64-byte aligned, as the engine's buffers are (a std::vector's 16-byte
   // alignment splits every 64-byte activation load across two cache lines).
   nemo::Buffer<float> x(size_t(n * cols)), y(size_t(n * rows));
@@ -144,8 +134,7 @@ void run_rotating(benchmark::State& st, const std::vector<PackedWeight>& ex) {
   const Isa isa = Isa(st.range(2));
   if (isa > detected_isa()) return st.SkipWithError("ISA not available on this CPU");
   set_active_isa(isa);
-  st.SetLabel(std::string(path_label(isa, ex[0].arith)) +
-              (ex[0].layout == CodeLayout::Tiles ? " tiles" : ""));
+  st.SetLabel(path_label(isa, ex[0].arith));
   const ThreadConfig tc{int(st.range(1))};
   const int64_t n = st.range(0);
   nemo::Buffer<float> x(size_t(n * kExpertIn)), y(size_t(n * kExpertOut));

@@ -6,10 +6,9 @@
 // The AVX2 decoder gets the same exact values as (2*E2M1 * 2^24) * (E4M3 * 2^-25): every factor
 // and product has at most 6 significant bits and stays in the normal range, so all are exact.
 // Codes lie as w.layout says (CodeLayout, linear.h): every decoder finds a row's 32-weight chunks
-// through its first chunk and a chunk stride, 16 bytes in Rows and 16T in a block of Tiles (T =
-// kNvfp4TileRows); the SIMD decoders take the stride as a template constant, and each range
-// splits into its Tiles blocks and its Rows rows (both give the same bits: only where the bytes
-// lie differs).
+// through its first chunk and a chunk stride, 16 bytes in Rows and 128 in a Tiles8 block; the
+// SIMD decoders take the stride as a template constant, and each range splits into its Tiles8
+// blocks and its Rows rows (both give the same bits: only where the bytes lie differs).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -43,11 +42,9 @@ alignas(64) constexpr std::array<float, 256 * 16> kProducts = [] {
   return a;
 }();
 
-constexpr int64_t T = kNvfp4TileRows, kTiledStride = 16 * T;
-
-// Rows [0, tiled_rows(w)) lie in Tiles blocks, the rest as in Rows.
-int64_t tiled_rows(const PackedWeight& w) {
-  return w.layout == CodeLayout::Tiles ? w.rows / T * T : 0;
+// Rows [0, tiles8_rows(w)) lie in Tiles8 blocks, the rest as in Rows.
+int64_t tiles8_rows(const PackedWeight& w) {
+  return w.layout == CodeLayout::Tiles8 ? w.rows / 8 * 8 : 0;
 }
 
 // Row o's first chunk of codes and the bytes from one of its 32-weight chunks to the next.
@@ -58,15 +55,15 @@ struct RowCodes {
 RowCodes row_codes(const PackedWeight& w, int64_t o) {
   const auto* data = static_cast<const uint8_t*>(w.data);
   const int64_t rb = w.cols / 2;
-  if (o < tiled_rows(w)) return {data + T * rb * (o / T) + 16 * (o % T), kTiledStride};
+  if (o < tiles8_rows(w)) return {data + 8 * rb * (o / 8) + 16 * (o % 8), 128};
   return {data + o * rb, 16};
 }
 
 // The byte holding weights k and k + 1 (k even) of a row whose codes start at p, for a chunk
-// stride CS known at compile time (16: Rows, so simply p + k/2; 16T: Tiles).
+// stride CS known at compile time (16: Rows, so simply p + k/2; 128: Tiles8).
 template <int CS>
 inline const uint8_t* code_at(const uint8_t* p, int64_t k) {
-  static_assert(CS == 16 || CS == kTiledStride);
+  static_assert(CS == 16 || CS == 128);
   if constexpr (CS == 16)
     return p + (k >> 1);
   else
@@ -74,8 +71,8 @@ inline const uint8_t* code_at(const uint8_t* p, int64_t k) {
 }
 
 // Prefetch for a call every `step` weights (64 or 128) of row o's pass at k, the row `ahead` rows
-// on. Rows: that row's bytes at k. Tiles: weights [k, k + step) of a block's T rows are
-// step * T / 128 consecutive lines; the row takes line (its index in the block) mod that, so the
+// on. Rows: that row's bytes at k. Tiles8: weights [k, k + step) of a block's 8 rows are
+// step / 16 consecutive lines; the row takes line (its index in the block) mod step / 16, so the
 // outputs of a tile together fetch all of them.
 template <int CS>
 inline void prefetch_codes(const uint8_t* data, int64_t K, int64_t o, int64_t k, int64_t ahead,
@@ -84,9 +81,9 @@ inline void prefetch_codes(const uint8_t* data, int64_t K, int64_t o, int64_t k,
     _mm_prefetch(reinterpret_cast<const char*>(data + (o + ahead) * (K / 2) + (k >> 1)),
                  _MM_HINT_T0);
   } else {
-    const int64_t t = o + ahead, lines = std::max<int64_t>(1, step * T / 128);
-    _mm_prefetch(reinterpret_cast<const char*>(data + (t / T) * T * (K / 2) + T * (k / 2) +
-                                               64 * ((t % T) % lines)),
+    const int64_t t = o + ahead;
+    _mm_prefetch(reinterpret_cast<const char*>(data + (t >> 3) * 4 * K + 4 * k +
+                                               64 * ((t & 7) & (step / 16 - 1))),
                  _MM_HINT_T0);
   }
 }
@@ -195,6 +192,8 @@ struct Nvfp4Avx512 : Nvfp4Ref {
   // Decoding once to f32 pays from ~16 rows (microbench, Zen 5, 1-2 threads: 8-12 rows run
   // 10-30 % faster swept, 64 rows 25 % faster wide).
   static constexpr int64_t kWideRows = 16;
+  // Tiles of 1-2 rows take 8 outputs in Tiles8: one block, one sequential stream.
+  static constexpr bool kTiles8 = CS == 128;
   void prefetch(int64_t k, int64_t ahead) const {  // every 64 k
     prefetch_codes<CS>(data, K, o, k, ahead, 64);
     if ((k & 1023) == 0)
@@ -227,12 +226,12 @@ struct Nvfp4Avx512 : Nvfp4Ref {
 
 #pragma GCC pop_options
 
-// Runs f(b, e, stride) on the Tiles part of [o_begin, o_end) with stride = 16T and on the Rows
-// part with 16 (integral constants, so each instantiates its kernels).
+// Runs f(b, e, stride) on the Tiles8 part of [o_begin, o_end) with stride = 128 and on the
+// Rows part with 16 (integral constants, so each instantiates its kernels).
 template <class F>
 void by_layout(const PackedWeight& w, int64_t o_begin, int64_t o_end, F&& f) {
-  const int64_t t = std::clamp(tiled_rows(w), o_begin, o_end);
-  if (o_begin < t) f(o_begin, t, std::integral_constant<int, int(kTiledStride)>{});
+  const int64_t t = std::clamp(tiles8_rows(w), o_begin, o_end);
+  if (o_begin < t) f(o_begin, t, std::integral_constant<int, 128>{});
   if (t < o_end) f(t, o_end, std::integral_constant<int, 16>{});
 }
 
@@ -551,26 +550,25 @@ void dequantize_row_nvfp4(const PackedWeight& w, int64_t o, float* out) {
 namespace nemo::kernels {
 
 const char* code_layout_name(CodeLayout l) {
-  return l == CodeLayout::Tiles ? "tiles" : "rows";
+  return l == CodeLayout::Tiles8 ? "tiles8" : "rows";
 }
 
-bool nvfp4_tiles_apply(int64_t rows, int64_t cols) {
-  return rows >= kNvfp4TileRows && cols > 0 && cols % 32 == 0;
+bool nvfp4_tiles8_applies(int64_t rows, int64_t cols) {
+  return rows >= 8 && cols > 0 && cols % 32 == 0;
 }
 
-void nvfp4_codes_to_tiles(std::span<uint8_t> codes, int64_t rows, int64_t cols) {
-  NEMO_CHECK(nvfp4_tiles_apply(rows, cols), "nvfp4 tiles layout: shape [{}, {}] does not apply",
+void nvfp4_codes_to_tiles8(std::span<uint8_t> codes, int64_t rows, int64_t cols) {
+  NEMO_CHECK(nvfp4_tiles8_applies(rows, cols), "nvfp4 tiles8 layout: shape [{}, {}] does not apply",
              rows, cols);
-  constexpr int64_t T = kNvfp4TileRows;
-  const int64_t rb = cols / 2, block = T * rb;
-  NEMO_CHECK(int64_t(codes.size()) == rows * rb, "nvfp4 tiles layout: {} code bytes for [{}, {}]",
+  const int64_t rb = cols / 2, block = 8 * rb;
+  NEMO_CHECK(int64_t(codes.size()) == rows * rb, "nvfp4 tiles8 layout: {} code bytes for [{}, {}]",
              codes.size(), rows, cols);
   std::vector<uint8_t> tmp(static_cast<size_t>(block));
-  for (int64_t b = 0; b + T <= rows; b += T) {
+  for (int64_t b = 0; b + 8 <= rows; b += 8) {
     uint8_t* p = codes.data() + b * rb;
-    for (int64_t i = 0; i < T; ++i)
+    for (int64_t i = 0; i < 8; ++i)
       for (int64_t c = 0; c < rb / 16; ++c)
-        std::memcpy(tmp.data() + 16 * T * c + 16 * i, p + i * rb + 16 * c, 16);
+        std::memcpy(tmp.data() + 128 * c + 16 * i, p + i * rb + 16 * c, 16);
     std::memcpy(p, tmp.data(), size_t(block));
   }
 }

@@ -183,7 +183,7 @@ void validate_packed_weight(const PackedWeight& w, const std::string& what) {
   NEMO_CHECK(w.rows > 0 && w.cols > 0, "{}: {} weight has shape [{}, {}]", what, f, w.rows, w.cols);
   NEMO_CHECK(w.data != nullptr, "{}: {} weight has no data", what, f);
   NEMO_CHECK(w.layout == CodeLayout::Rows ||
-                 (w.format == WeightFormat::NVFP4 && nvfp4_tiles_apply(w.rows, w.cols)),
+                 (w.format == WeightFormat::NVFP4 && nvfp4_tiles8_applies(w.rows, w.cols)),
              "{}: {} weight [{}, {}] cannot have the {} code layout", what, f, w.rows, w.cols,
              code_layout_name(w.layout));
   switch (w.format) {
