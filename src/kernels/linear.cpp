@@ -153,12 +153,8 @@ void linear(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_str
   if (w.format == WeightFormat::FP8_E4M3 && w.input_scale > 0.0f)
     return linear_fp8_static(w, w.input_scale, x, n_rows, x_stride, y, y_stride, tc);
   const detail::RangeFn fn = detail::select_range_fn(w, active_isa());
-  // Threads split whole units of 8 outputs, so tiles of 4 or 8 outputs (and NVFP4's Tiles8
-  // blocks) are never cut.
-  const int64_t units = (w.rows + 7) / 8, grain = (output_grain(w, n_rows) + 7) / 8;
-  parallel_for(tc, units, grain, [&](int64_t b, int64_t e) {
-    fn(w, x, n_rows, x_stride, y, y_stride, 8 * b, std::min(w.rows, 8 * e));
-  });
+  parallel_for(tc, w.rows, output_grain(w, n_rows),
+               [&](int64_t b, int64_t e) { fn(w, x, n_rows, x_stride, y, y_stride, b, e); });
 }
 
 void linear_many(std::span<const LinearJob> jobs, const ThreadConfig& tc) {

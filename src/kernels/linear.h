@@ -39,20 +39,6 @@ Arith parse_arith(const std::string& s, const char* option = "--arith");
 // (so no product or partial sum is ever subnormal); NaN stays NaN, infinities stay.
 float round_activation_bf16(float x);
 
-// How an NVFP4 weight's codes lie in memory (scales keep the checkpoint's [rows, cols/16]).
-// Rows: the checkpoint's [rows, cols/2]. Tiles8 (cols % 32 == 0 only): each full block of 8 rows
-// keeps its bytes [8b * RB, (8b + 8) * RB) (RB = cols/2) but holds them chunk by chunk: the 16
-// bytes of row 8b + i's 32-weight chunk c lie at 8b * RB + 128c + 16i. Rows after the last full
-// block stay as in Rows. Why: a tile of 8 outputs then reads one sequential stream instead of 8
-// rows side by side, which one core reads markedly slower (docs/PERFORMANCE.md).
-enum class CodeLayout : uint8_t { Rows, Tiles8 };
-const char* code_layout_name(CodeLayout l);
-// Whether Tiles8 can hold an NVFP4 weight of this shape (cols % 32 == 0, at least 8 rows).
-bool nvfp4_tiles8_applies(int64_t rows, int64_t cols);
-// Rewrites NVFP4 codes [rows, cols/2] from Rows to Tiles8, in place, one 8-row block at a time
-// (the bytes of a block stay inside the block). Requires nvfp4_tiles8_applies.
-void nvfp4_codes_to_tiles8(std::span<uint8_t> codes, int64_t rows, int64_t cols);
-
 // A non-owning view of one [rows = out, cols = in] weight matrix in its stored layout.
 // Pointers may be unaligned (MLX safetensors files are not aligned).
 struct PackedWeight {
@@ -65,8 +51,7 @@ struct PackedWeight {
   int64_t group = 0;             // AFFINE*: group size; NVFP4: 16
   float input_scale = 0.0f;      // FP8: > 0 emulates static W8A8 activation quantisation
   Arith arith = Arith::F32;      // Bf16: NVFP4 and FP8 only (others fail)
-  CodeLayout layout = CodeLayout::Rows;  // NVFP4 only
-  int64_t bytes() const;                 // resident bytes of data + scales + biases
+  int64_t bytes() const;         // resident bytes of data + scales + biases
 };
 
 // Which implementation family runs. Chosen once per process (run-time CPU detection) and

@@ -5,10 +5,6 @@
 // way the SIMD path would not reproduce). post = weight_scale_2. Reduction: linear_packed.h.
 // The AVX2 decoder gets the same exact values as (2*E2M1 * 2^24) * (E4M3 * 2^-25): every factor
 // and product has at most 6 significant bits and stays in the normal range, so all are exact.
-// Codes lie as w.layout says (CodeLayout, linear.h): every decoder finds a row's 32-weight chunks
-// through its first chunk and a chunk stride, 16 bytes in Rows and 128 in a Tiles8 block; the
-// SIMD decoders take the stride as a template constant, and each range splits into its Tiles8
-// blocks and its Rows rows (both give the same bits: only where the bytes lie differs).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -16,11 +12,8 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <span>
-#include <type_traits>
 #include <vector>
 
-#include "base/error.h"
 #include "base/numeric.h"
 #include "base/random.h"
 #include "kernels/fp8.h"
@@ -42,78 +35,28 @@ alignas(64) constexpr std::array<float, 256 * 16> kProducts = [] {
   return a;
 }();
 
-// Rows [0, tiles8_rows(w)) lie in Tiles8 blocks, the rest as in Rows.
-int64_t tiles8_rows(const PackedWeight& w) {
-  return w.layout == CodeLayout::Tiles8 ? w.rows / 8 * 8 : 0;
-}
-
-// Row o's first chunk of codes and the bytes from one of its 32-weight chunks to the next.
-struct RowCodes {
-  const uint8_t* first;
-  int64_t chunk_stride;
-};
-RowCodes row_codes(const PackedWeight& w, int64_t o) {
-  const auto* data = static_cast<const uint8_t*>(w.data);
-  const int64_t rb = w.cols / 2;
-  if (o < tiles8_rows(w)) return {data + 8 * rb * (o / 8) + 16 * (o % 8), 128};
-  return {data + o * rb, 16};
-}
-
-// The byte holding weights k and k + 1 (k even) of a row whose codes start at p, for a chunk
-// stride CS known at compile time (16: Rows, so simply p + k/2; 128: Tiles8).
-template <int CS>
-inline const uint8_t* code_at(const uint8_t* p, int64_t k) {
-  static_assert(CS == 16 || CS == 128);
-  if constexpr (CS == 16)
-    return p + (k >> 1);
-  else
-    return p + (k >> 5) * CS + ((k >> 1) & 15);
-}
-
-// Prefetch for a call every `step` weights (64 or 128) of row o's pass at k, the row `ahead` rows
-// on. Rows: that row's bytes at k. Tiles8: weights [k, k + step) of a block's 8 rows are
-// step / 16 consecutive lines; the row takes line (its index in the block) mod step / 16, so the
-// outputs of a tile together fetch all of them.
-template <int CS>
-inline void prefetch_codes(const uint8_t* data, int64_t K, int64_t o, int64_t k, int64_t ahead,
-                           int64_t step) {
-  if constexpr (CS == 16) {
-    _mm_prefetch(reinterpret_cast<const char*>(data + (o + ahead) * (K / 2) + (k >> 1)),
-                 _MM_HINT_T0);
-  } else {
-    const int64_t t = o + ahead;
-    _mm_prefetch(reinterpret_cast<const char*>(data + (t >> 3) * 4 * K + 4 * k +
-                                               64 * ((t & 7) & (step / 16 - 1))),
-                 _MM_HINT_T0);
-  }
-}
-
 struct Nvfp4Ref {
   const uint8_t* data = nullptr;
   const uint8_t* scales = nullptr;
   const float* e4m3 = nullptr;
-  const PackedWeight* w = nullptr;
-  int64_t K = 0, o = 0, cs = 16;
+  int64_t K = 0;
   float s2 = 1.0f;
-  const uint8_t* rd = nullptr;  // row o's first chunk of codes
+  const uint8_t* rd = nullptr;
   const uint8_t* rs = nullptr;
 
-  void init(const PackedWeight& w_) {
-    w = &w_;
-    data = static_cast<const uint8_t*>(w_.data);
-    scales = static_cast<const uint8_t*>(w_.scales);
+  void init(const PackedWeight& w) {
+    data = static_cast<const uint8_t*>(w.data);
+    scales = static_cast<const uint8_t*>(w.scales);
     e4m3 = e4m3_table().data();
-    K = w_.cols;
-    s2 = w_.scale;
+    K = w.cols;
+    s2 = w.scale;
   }
-  void row(int64_t o_) {
-    o = o_;
-    const RowCodes c = row_codes(*w, o);
-    rd = c.first, cs = c.chunk_stride;
+  void row(int64_t o) {
+    rd = data + o * (K / 2);
     rs = scales + o * (K / 16);
   }
   float at(int64_t k) const {
-    const uint8_t b = rd[(k >> 5) * cs + ((k & 31) >> 1)];
+    const uint8_t b = rd[k >> 1];
     return kE2m1Kernel[(k & 1) ? (b >> 4) : (b & 15)] * e4m3[rs[k >> 4]];
   }
   float post() const { return s2; }
@@ -132,7 +75,6 @@ constexpr int top(int s) {
   return int((unsigned(s) << 24) | 0xFFFFFFu);
 }
 
-template <int CS>
 struct Nvfp4Avx2 : Nvfp4Ref {
   const float* scaled = nullptr;
 
@@ -144,12 +86,12 @@ struct Nvfp4Avx2 : Nvfp4Ref {
     }();
     return t;
   }
-  void init(const PackedWeight& w_) {
-    Nvfp4Ref::init(w_);
+  void init(const PackedWeight& w) {
+    Nvfp4Ref::init(w);
     scaled = e4m3_2m25_table().data();
   }
-  void prefetch(int64_t k, int64_t ahead) const {  // every 64 k
-    prefetch_codes<CS>(data, K, o, k, ahead, 64);
+  void prefetch(int64_t k, int64_t ahead) const {
+    _mm_prefetch(reinterpret_cast<const char*>(rd + ahead * (K / 2) + (k >> 1)), _MM_HINT_T0);
     if ((k & 1023) == 0)
       _mm_prefetch(reinterpret_cast<const char*>(rs + ahead * (K / 16) + (k >> 4)), _MM_HINT_T0);
   }
@@ -170,7 +112,7 @@ struct Nvfp4Avx2 : Nvfp4Ref {
         _mm256_setr_epi32(top(0), top(8), top(1), top(9), top(2), top(10), top(3), top(11));
     const __m256i place1 =
         _mm256_setr_epi32(top(4), top(12), top(5), top(13), top(6), top(14), top(7), top(15));
-    const __m256i v = twice_e2m1(code_at<CS>(rd, k));
+    const __m256i v = twice_e2m1(rd + (k >> 1));
     const __m256 s = _mm256_broadcast_ss(scaled + rs[k >> 4]);
     w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, place0)), s);
     w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, place1)), s);
@@ -187,15 +129,12 @@ struct Nvfp4Avx2 : Nvfp4Ref {
 // 2j+1: bit offsets 8j and 8j+4); VPERMPS reads only those low 4 bits as a table index, giving
 // the weights directly in canonical order. The table is the block's row of kProducts, so
 // no multiply is left: the kernel weight E2M1 * E4M3 is exact, the same value either way.
-template <int CS>
 struct Nvfp4Avx512 : Nvfp4Ref {
   // Decoding once to f32 pays from ~16 rows (microbench, Zen 5, 1-2 threads: 8-12 rows run
   // 10-30 % faster swept, 64 rows 25 % faster wide).
   static constexpr int64_t kWideRows = 16;
-  // Tiles of 1-2 rows take 8 outputs in Tiles8: one block, one sequential stream.
-  static constexpr bool kTiles8 = CS == 128;
-  void prefetch(int64_t k, int64_t ahead) const {  // every 64 k
-    prefetch_codes<CS>(data, K, o, k, ahead, 64);
+  void prefetch(int64_t k, int64_t ahead) const {
+    _mm_prefetch(reinterpret_cast<const char*>(rd + ahead * (K / 2) + (k >> 1)), _MM_HINT_T0);
     if ((k & 1023) == 0)
       _mm_prefetch(reinterpret_cast<const char*>(rs + ahead * (K / 16) + (k >> 4)), _MM_HINT_T0);
   }
@@ -211,7 +150,7 @@ struct Nvfp4Avx512 : Nvfp4Ref {
   // (lm_head shape, 1 thread, Zen 5; docs/PERFORMANCE.md).
   __m512 decode16z(int64_t k) const {
     // maskz: GCC 12's unmasked form reads an "undefined" register (-Wmaybe-uninitialized).
-    return _mm512_maskz_permutexvar_ps(0xFFFF, codes(code_at<CS>(rd, k)),
+    return _mm512_maskz_permutexvar_ps(0xFFFF, codes(rd + (k >> 1)),
                                        _mm512_load_ps(kProducts.data() + 16 * rs[k >> 4]));
   }
   // Tiles of 1-2 rows: E2M1 from a register table times the broadcast scale measured faster there
@@ -219,29 +158,18 @@ struct Nvfp4Avx512 : Nvfp4Ref {
   __m512 decode16z_1(int64_t k) const {
     const __m512 e2m1 = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,  //
                                        0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-    return _mm512_mul_ps(_mm512_maskz_permutexvar_ps(0xFFFF, codes(code_at<CS>(rd, k)), e2m1),
+    return _mm512_mul_ps(_mm512_maskz_permutexvar_ps(0xFFFF, codes(rd + (k >> 1)), e2m1),
                          _mm512_set1_ps(e4m3[rs[k >> 4]]));
   }
 };
 
 #pragma GCC pop_options
 
-// Runs f(b, e, stride) on the Tiles8 part of [o_begin, o_end) with stride = 128 and on the
-// Rows part with 16 (integral constants, so each instantiates its kernels).
-template <class F>
-void by_layout(const PackedWeight& w, int64_t o_begin, int64_t o_end, F&& f) {
-  const int64_t t = std::clamp(tiles8_rows(w), o_begin, o_end);
-  if (o_begin < t) f(o_begin, t, std::integral_constant<int, 128>{});
-  if (t < o_end) f(t, o_end, std::integral_constant<int, 16>{});
-}
-
 }  // namespace
 
 void range_nvfp4_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                         float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  by_layout(w, o_begin, o_end, [&](int64_t b, int64_t e, auto cs) {
-    packed::range_avx512<Nvfp4Avx512<cs>>(w, x, n_rows, x_stride, y, y_stride, b, e);
-  });
+  packed::range_avx512<Nvfp4Avx512>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 void range_nvfp4_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
@@ -251,9 +179,7 @@ void range_nvfp4_ref(const PackedWeight& w, const float* x, int64_t n_rows, int6
 
 void range_nvfp4_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                       float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  by_layout(w, o_begin, o_end, [&](int64_t b, int64_t e, auto cs) {
-    packed::range_avx2<Nvfp4Avx2<cs>>(w, x, n_rows, x_stride, y, y_stride, b, e);
-  });
+  packed::range_avx2<Nvfp4Avx2>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 // ---- bf16 activations (Arith::Bf16) ----
@@ -370,26 +296,21 @@ inline void round_row_bf16_avx512(const float* x, int64_t K, uint16_t* words, fl
 // once). More: groups of 8 while their activations (8 * K * 2 bytes) fit in half of L1 beside the
 // streamed weights, else of 4 (K = 2688: 8-row groups measured ~10 % slower at 12 and 64 rows;
 // K = 1856: 4-row groups ~5 % slower at 64 rows).
-template <int CS>
 struct Nvfp4Bf16Z {
   using Ref = Nvfp4Ref;
-  static constexpr int64_t kPrefetchK = 128;  // a cache line of codes (Rows)
+  static constexpr int64_t kPrefetchK = 128;  // a cache line of codes
   struct Cursor {
-    const uint8_t* data;
-    const uint8_t* codes;  // the row's first chunk
+    const uint8_t* codes;
     const uint8_t* scales;
-    int64_t K, o;
-    void init(const PackedWeight& w, int64_t o_) {
-      data = static_cast<const uint8_t*>(w.data);
-      K = w.cols, o = o_;
-      codes = row_codes(w, o).first;
-      scales = static_cast<const uint8_t*>(w.scales) + o * (K / 16);
+    int64_t row_bytes;
+    void init(const PackedWeight& w, int64_t o) {
+      row_bytes = w.cols / 2;
+      codes = static_cast<const uint8_t*>(w.data) + o * row_bytes;
+      scales = static_cast<const uint8_t*>(w.scales) + o * (w.cols / 16);
     }
-    __m512i decode(int64_t k0) const {
-      return decode32_bf16(code_at<CS>(codes, k0), scales + k0 / 16);
-    }
+    __m512i decode(int64_t k0) const { return decode32_bf16(codes + k0 / 2, scales + k0 / 16); }
     void prefetch(int64_t k0, int64_t ahead) const {
-      prefetch_codes<CS>(data, K, o, k0, ahead, kPrefetchK);
+      _mm_prefetch(reinterpret_cast<const char*>(codes + ahead * row_bytes + k0 / 2), _MM_HINT_T0);
     }
   };
   static void round_row(const float* x, int64_t K, uint16_t* words, float* tail) {
@@ -405,9 +326,7 @@ struct Nvfp4Bf16Z {
 void range_nvfp4_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_rows,
                              int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
                              int64_t o_end) {
-  by_layout(w, o_begin, o_end, [&](int64_t b, int64_t e, auto cs) {
-    packed::range_bf16_z<Nvfp4Bf16Z<cs>>(w, x, n_rows, x_stride, y, y_stride, b, e);
-  });
+  packed::range_bf16_z<Nvfp4Bf16Z>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 #pragma GCC pop_options
@@ -439,7 +358,7 @@ inline void block_bf16_avx2(const uint8_t* codes, const float* scale_2m25, const
       _mm256_setr_epi32(top(0), top(1), top(2), top(3), top(4), top(5), top(6), top(7));
   const __m256i odd =
       _mm256_setr_epi32(top(8), top(9), top(10), top(11), top(12), top(13), top(14), top(15));
-  const __m256i v = Nvfp4Avx2<16>::twice_e2m1(codes);  // (static: any stride)
+  const __m256i v = Nvfp4Avx2::twice_e2m1(codes);
   const __m256 s = _mm256_broadcast_ss(scale_2m25);
   const __m256 w_odd = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, odd)), s);
   const __m256 w_even = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, even)), s);
@@ -451,11 +370,11 @@ inline void block_bf16_avx2(const uint8_t* codes, const float* scale_2m25, const
 
 // R rows (laid out by packed::lay_row_bf16_pairs, stride K) x O outputs [o, o + O). Each chunk is
 // two dependent FMAs per accumulator, so 1-2 rows take two outputs to keep enough chains in flight.
-template <int R, int O, int CS>
+template <int R, int O>
 inline void tile_bf16_avx2(const PackedWeight& w, const float* xl, float* y, int64_t ys,
                            int64_t o) {
   const int64_t K = w.cols, K32 = K - K % 32;
-  Nvfp4Avx2<CS> d[O];
+  Nvfp4Avx2 d[O];
   for (int j = 0; j < O; ++j) {
     d[j].init(w);
     d[j].row(o + j);
@@ -467,10 +386,11 @@ inline void tile_bf16_avx2(const PackedWeight& w, const float* xl, float* y, int
     for (int r = 0; r < R; ++r) a[j][r] = b[j][r] = _mm256_setzero_ps();
   for (int64_t k0 = 0; k0 < K32; k0 += 32) {
     for (int j = 0; j < O; ++j) {
-      if ((k0 & 127) == 0) prefetch_codes<CS>(d[j].data, K, o + j, k0, O, 128);
-      const uint8_t* codes = code_at<CS>(d[j].rd, k0);
-      block_bf16_avx2<R>(codes, d[j].scaled + d[j].rs[k0 / 16], xr, k0, a[j]);
-      block_bf16_avx2<R>(codes + 8, d[j].scaled + d[j].rs[k0 / 16 + 1], xr, k0 + 16, b[j]);
+      if ((k0 & 127) == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(d[j].rd + O * (K / 2) + k0 / 2), _MM_HINT_T0);
+      block_bf16_avx2<R>(d[j].rd + k0 / 2, d[j].scaled + d[j].rs[k0 / 16], xr, k0, a[j]);
+      block_bf16_avx2<R>(d[j].rd + k0 / 2 + 8, d[j].scaled + d[j].rs[k0 / 16 + 1], xr, k0 + 16,
+                         b[j]);
     }
   }
   alignas(32) float by_byte[O][R][16];
@@ -490,20 +410,17 @@ inline void tile_bf16_avx2(const PackedWeight& w, const float* xl, float* y, int
     }
 }
 
-template <int CS>
 struct Nvfp4Bf16Pairs {
   template <int R, int O>
   static void tile(const PackedWeight& w, const float* xl, float* y, int64_t ys, int64_t o) {
-    tile_bf16_avx2<R, O, CS>(w, xl, y, ys, o);
+    tile_bf16_avx2<R, O>(w, xl, y, ys, o);
   }
 };
 }  // namespace
 
 void range_nvfp4_bf16_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                            float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  by_layout(w, o_begin, o_end, [&](int64_t b, int64_t e, auto cs) {
-    packed::range_bf16_pairs<Nvfp4Bf16Pairs<cs>>(w, x, n_rows, x_stride, y, y_stride, b, e);
-  });
+  packed::range_bf16_pairs<Nvfp4Bf16Pairs>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 #pragma GCC pop_options
@@ -536,41 +453,13 @@ bool nvfp4_bf16_kernel_self_check() {
 void dequantize_row_nvfp4(const PackedWeight& w, int64_t o, float* out) {
   const auto& e4m3 = e4m3_table();
   const int64_t K = w.cols;
-  const RowCodes rc = row_codes(w, o);
+  const uint8_t* rd = static_cast<const uint8_t*>(w.data) + o * (K / 2);
   const uint8_t* rs = static_cast<const uint8_t*>(w.scales) + o * (K / 16);
   for (int64_t k = 0; k < K; ++k) {
     const float s = e4m3[rs[k >> 4]] * w.scale;
-    const uint8_t b = rc.first[(k >> 5) * rc.chunk_stride + ((k & 31) >> 1)];
+    const uint8_t b = rd[k >> 1];
     out[k] = kE2m1Kernel[(k & 1) ? (b >> 4) : (b & 15)] * s;
   }
 }
 
 }  // namespace nemo::kernels::detail
-
-namespace nemo::kernels {
-
-const char* code_layout_name(CodeLayout l) {
-  return l == CodeLayout::Tiles8 ? "tiles8" : "rows";
-}
-
-bool nvfp4_tiles8_applies(int64_t rows, int64_t cols) {
-  return rows >= 8 && cols > 0 && cols % 32 == 0;
-}
-
-void nvfp4_codes_to_tiles8(std::span<uint8_t> codes, int64_t rows, int64_t cols) {
-  NEMO_CHECK(nvfp4_tiles8_applies(rows, cols), "nvfp4 tiles8 layout: shape [{}, {}] does not apply",
-             rows, cols);
-  const int64_t rb = cols / 2, block = 8 * rb;
-  NEMO_CHECK(int64_t(codes.size()) == rows * rb, "nvfp4 tiles8 layout: {} code bytes for [{}, {}]",
-             codes.size(), rows, cols);
-  std::vector<uint8_t> tmp(static_cast<size_t>(block));
-  for (int64_t b = 0; b + 8 <= rows; b += 8) {
-    uint8_t* p = codes.data() + b * rb;
-    for (int64_t i = 0; i < 8; ++i)
-      for (int64_t c = 0; c < rb / 16; ++c)
-        std::memcpy(tmp.data() + 128 * c + 16 * i, p + i * rb + 16 * c, 16);
-    std::memcpy(p, tmp.data(), size_t(block));
-  }
-}
-
-}  // namespace nemo::kernels

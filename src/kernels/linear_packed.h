@@ -341,17 +341,12 @@ inline void tile_z(const PackedWeight& w, const float* x, int64_t xs, float* y, 
 
 // Tiles of up to 4 rows x 4 outputs: 16 accumulators, and each decoded vector and each loaded
 // activation feeds 4 FMAs (8-row tiles measured slower: accumulators and loads outgrow the
-// registers and load ports). A decoder with kTiles8 (NVFP4 codes stored in 8-row blocks) takes 8
-// outputs at 1-2 rows, so that a tile reads one block as one stream.
+// registers and load ports).
 template <class D, int R>
 inline void rows_z(const PackedWeight& w, const float* x, int64_t xs, float* y, int64_t ys,
                    int64_t o_begin, int64_t o_end) {
-  constexpr int O = R <= 2 && requires {
-    requires D::kTiles8;
-  }
-  ? 8 : 4;
   int64_t o = o_begin;
-  for (; o + O <= o_end; o += O) tile_z<D, R, O>(w, x, xs, y, ys, o);
+  for (; o + 4 <= o_end; o += 4) tile_z<D, R, 4>(w, x, xs, y, ys, o);
   for (; o < o_end; ++o) tile_z<D, R, 1>(w, x, xs, y, ys, o);
 }
 

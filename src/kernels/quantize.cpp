@@ -182,10 +182,6 @@ void validate_packed_weight(const PackedWeight& w, const std::string& what) {
   const char* f = weight_format_name(w.format);
   NEMO_CHECK(w.rows > 0 && w.cols > 0, "{}: {} weight has shape [{}, {}]", what, f, w.rows, w.cols);
   NEMO_CHECK(w.data != nullptr, "{}: {} weight has no data", what, f);
-  NEMO_CHECK(w.layout == CodeLayout::Rows ||
-                 (w.format == WeightFormat::NVFP4 && nvfp4_tiles8_applies(w.rows, w.cols)),
-             "{}: {} weight [{}, {}] cannot have the {} code layout", what, f, w.rows, w.cols,
-             code_layout_name(w.layout));
   switch (w.format) {
     case WeightFormat::NVFP4:
       NEMO_CHECK(w.cols % 16 == 0, "{}: nvfp4 input dim {} is not a multiple of 16", what, w.cols);

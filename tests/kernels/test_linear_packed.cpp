@@ -69,16 +69,6 @@ std::unique_ptr<Case> make_nvfp4(int64_t rows, int64_t cols, uint32_t seed) {
   return c;
 }
 
-// make_nvfp4's weight with its codes stored in the Tiles8 layout (linear.h): the same kernel
-// weights, so every check against kernel_w and every bitwise comparison holds unchanged.
-std::unique_ptr<Case> make_nvfp4_tiles8(int64_t rows, int64_t cols, uint32_t seed) {
-  auto c = make_nvfp4(rows, cols, seed);
-  c->name += " tiles8";
-  nvfp4_codes_to_tiles8(c->data, rows, cols);
-  c->w.layout = CodeLayout::Tiles8;
-  return c;
-}
-
 std::unique_ptr<Case> make_fp8(int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 g(seed);
   auto c = std::make_unique<Case>();
@@ -133,8 +123,6 @@ std::vector<std::unique_ptr<Case>> all_cases() {
   v.push_back(make_nvfp4(37, 96, 1));
   v.push_back(make_nvfp4(20, 80, 2));  // K % 32 == 16
   v.push_back(make_nvfp4(9, 16, 3));
-  v.push_back(make_nvfp4_tiles8(37, 96, 1));  // 4 blocks of 8 rows and 5 rows left as Rows
-  v.push_back(make_nvfp4_tiles8(8, 32, 13));  // one block, one chunk per row
   v.push_back(make_fp8(37, 96, 4));
   v.push_back(make_fp8(23, 37, 5));  // scalar tail (K % 16 != 0)
   v.push_back(make_fp8(5, 7, 6));    // tail only
@@ -152,7 +140,6 @@ std::vector<std::unique_ptr<Case>> all_cases() {
 std::vector<std::unique_ptr<Case>> split_cases() {
   std::vector<std::unique_ptr<Case>> v;
   v.push_back(make_nvfp4(640, 512, 21));
-  v.push_back(make_nvfp4_tiles8(645, 512, 25));
   v.push_back(make_fp8(640, 512, 22));
   v.push_back(make_affine(640, 512, 4, 64, 23));
   v.push_back(make_affine(640, 512, 8, 64, 24));
@@ -488,95 +475,6 @@ TEST(LinearPacked, BytesAndNames) {
   EXPECT_EQ(make_nvfp4(4, 32, 1)->w.bytes(), 4 * 16 + 4 * 2);
   EXPECT_EQ(make_affine(2, 64, 4, 64, 1)->w.bytes(), 2 * 32 + 2 * 4);
   EXPECT_STREQ(weight_format_name(WeightFormat::NVFP4), "nvfp4");
-}
-
-// ---- NVFP4's Tiles8 code layout ----
-// The byte order from its statement in linear.h (row 8b + i's chunk c at 8b * RB + 128c + 16i,
-// rows past the last full block untouched), and every kernel on Tiles8 codes giving the bits of the
-// same weight in Rows, at every ISA, arithmetic, row count, thread count and output range.
-TEST(LinearTiles8, BytesLieWhereTheLayoutSays) {
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{8, 32}, {21, 64}, {16, 2688}}) {
-    std::vector<uint8_t> rm(size_t(rows * cols / 2));
-    for (size_t i = 0; i < rm.size(); ++i) rm[i] = uint8_t(i * 131 + i / 7);
-    std::vector<uint8_t> t8 = rm;
-    nvfp4_codes_to_tiles8(t8, rows, cols);
-    const int64_t rb = cols / 2;
-    int64_t moved = 0;
-    for (int64_t o = 0; o < rows; ++o)
-      for (int64_t j = 0; j < rb; ++j) {
-        const int64_t at = o < rows / 8 * 8
-                               ? (o / 8) * 8 * rb + 128 * (j / 16) + 16 * (o % 8) + j % 16
-                               : o * rb + j;
-        ASSERT_EQ(t8[size_t(at)], rm[size_t(o * rb + j)])
-            << rows << "x" << cols << " o=" << o << " byte " << j;
-        moved += at != o * rb + j;
-      }
-    // One chunk per row (cols = 32): the layouts coincide; else most bytes of a block move.
-    if (cols == 32)
-      EXPECT_EQ(moved, 0);
-    else
-      EXPECT_GT(moved, rows / 8 * 8 * rb / 2) << rows << "x" << cols;
-  }
-  std::vector<uint8_t> b(8 * 8);
-  EXPECT_THROW(nvfp4_codes_to_tiles8(b, 8, 16), nemo::Error);  // cols % 32 != 0
-  EXPECT_THROW(nvfp4_codes_to_tiles8(b, 4, 32), nemo::Error);  // no full block
-  EXPECT_THROW(nvfp4_codes_to_tiles8(b, 9, 32), nemo::Error);  // wrong byte count
-  EXPECT_FALSE(nvfp4_tiles8_applies(7, 64));
-  EXPECT_TRUE(nvfp4_tiles8_applies(8, 64));
-  // Only NVFP4 weights of a shape the layout holds may claim it.
-  PackedWeight w = make_nvfp4(16, 48, 1)->w;
-  w.layout = CodeLayout::Tiles8;
-  EXPECT_THROW(validate_packed_weight(w, "m"), nemo::Error);
-  const auto f = make_fp8(16, 64, 1);
-  w = f->w;
-  w.layout = CodeLayout::Tiles8;
-  EXPECT_THROW(validate_packed_weight(w, "m"), nemo::Error);
-  const auto t = make_nvfp4_tiles8(16, 64, 1);
-  EXPECT_NO_THROW(validate_packed_weight(t->w, "m"));
-  EXPECT_STREQ(code_layout_name(CodeLayout::Tiles8), "tiles8");
-}
-
-TEST(LinearTiles8, EveryKernelGivesTheBitsOfRows) {
-  IsaGuard guard;
-  int compared = 0;
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 96}, {8, 32}, {645, 512}, {24, 2688}})
-    for (Arith arith : {Arith::F32, Arith::Bf16}) {
-      const uint32_t seed = uint32_t(rows + cols);
-      auto rm = make_nvfp4(rows, cols, seed), t8 = make_nvfp4_tiles8(rows, cols, seed);
-      rm->w.arith = t8->w.arith = arith;
-      for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 17}) {
-        const auto x = rand_x(n, cols, uint32_t(n * 3 + cols));
-        std::vector<float> want(size_t(n * rows));
-        linear_range(rm->w, x.data(), n, cols, want.data(), rows, 0, rows, Isa::Reference);
-        for (Isa isa : available_isas()) {
-          set_active_isa(isa);
-          for (int nt : {1, 2}) {
-            std::vector<float> y(size_t(n * rows), NAN);
-            linear(t8->w, x.data(), n, cols, y.data(), rows, ThreadConfig{nt});
-            ++compared;
-            EXPECT_TRUE(bitwise_equal(want, y))
-                << t8->name << " " << arith_name(arith) << " rows=" << n << " threads=" << nt << " "
-                << isa_name(isa) << " " << first_diff(want, y);
-          }
-          std::vector<float> y(size_t(n * rows), NAN);
-          for (int64_t b = 0; b < rows;) {  // ranges that start and end inside blocks
-            const int64_t e = std::min(rows, b + 3 + b % 11);
-            linear_range(t8->w, x.data(), n, cols, y.data(), rows, b, e, isa);
-            b = e;
-          }
-          ++compared;
-          EXPECT_TRUE(bitwise_equal(want, y)) << t8->name << " " << arith_name(arith) << " ranges, "
-                                              << n << " rows " << isa_name(isa);
-        }
-      }
-      std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
-      for (int64_t o = 0; o < rows; ++o) {
-        dequantize_row(rm->w, o, a.data());
-        dequantize_row(t8->w, o, b.data());
-        ASSERT_TRUE(bitwise_equal(a, b)) << t8->name << " dequantize_row " << o;
-      }
-    }
-  EXPECT_EQ(compared, 4 * 2 * 8 * 3 * int(available_isas().size()));
 }
 
 // ---- NVFP4 with bf16 activations (Arith::Bf16) ----
