@@ -140,7 +140,8 @@ std::string Generator::feature_key() const {
   if (!drafter_ || feature_width() == 0) return "";
   if (drafter_->wants_hidden()) return "hidden";
   std::string k = "taps";
-  for (auto L : drafter_->tap_layers()) k += ":" + std::to_string(L);
+  // (fmt, not ":" + std::to_string: GCC 12 warns falsely (-Wrestrict) on a literal + string&&.)
+  for (auto L : drafter_->tap_layers()) k += fmt::format(":{}", L);
   return drafter_->tap_last_post_norm() ? k + ":post" : k;
 }
 

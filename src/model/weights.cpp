@@ -41,9 +41,9 @@ Linear WeightBinder::bind_checked(const std::string& prefix, int64_t out, int64_
   const bool stacked = expert >= 0;
   if (m.out != out || m.in != in || (stacked ? m.stacked != n_experts : m.stacked != 0))
     fail("{}: module '{}' has logical shape {}[{}, {}] ({} {}) but the config implies {}[{}, {}]",
-         *wt.file, prefix, m.stacked ? "[" + std::to_string(m.stacked) + "] x " : "", m.out, m.in,
+         *wt.file, prefix, m.stacked ? fmt::format("[{}] x ", m.stacked) : "", m.out, m.in,
          io::quant_algo_name(m.quant.algo), wt.shape_str(),
-         stacked ? "[" + std::to_string(n_experts) + "] x " : "", out, in);
+         stacked ? fmt::format("[{}] x ", n_experts) : "", out, in);
   Linear w;
   w.rows = out;
   w.cols = in;
