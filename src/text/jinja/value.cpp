@@ -102,11 +102,12 @@ std::string py_float(double d) {
         out += digits.substr(0, exp + 1) + "." + digits.substr(exp + 1);
       }
     } else {
-      out += "0." + std::string(-exp - 1, '0') + digits;
+      out.append("0.").append(size_t(-exp - 1), '0').append(digits);
     }
   } else {
     out += digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    // (appends, not "." + substr: GCC 12 warns falsely (-Wrestrict) on a literal + string&&.)
+    if (digits.size() > 1) out.append(".").append(digits, 1);
     char eb[16];
     std::snprintf(eb, sizeof eb, "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
     out += eb;
