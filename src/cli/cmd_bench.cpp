@@ -231,7 +231,7 @@ struct Bench {
         double t_rb = 0.0;
         if (record) {
           const double t1 = now_seconds();
-          m.accept(st, 1);  // worst case: replay from the pre-round state, keep one row
+          m.accept(st, 1, tc);  // worst case: replay from the pre-round state, keep one row
           t_rb = now_seconds() - t1;
         }
         if (r < 0) continue;

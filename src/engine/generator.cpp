@@ -312,7 +312,7 @@ void Generator::complete_round(model::ForwardResult& r) {
   }
   if (k > 0) {
     const double t0 = now_seconds();
-    m_.accept(*st_, v.accepted + 1);
+    m_.accept(*st_, v.accepted + 1, tc_);
     s_.rollback_s += now_seconds() - t0;
   }
   anchor_ = v.tokens.back();

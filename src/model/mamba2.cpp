@@ -98,7 +98,7 @@ void ssm_step_head(float* S, const float* x, const float* B, const float* C, flo
 }
 
 void ssm_scan_recurrent(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T,
-                        float* S, float* y, const ThreadConfig& tc) {
+                        float* S, float* y, const ThreadConfig& tc, float* S0) {
   const Mamba2Dims& d = w.dims;
   // Heads are independent, so threads split heads; each head runs its rows in order.
   parallel_for(tc, d.NH, std::max<int64_t>(1, 65536 / (T * d.P * d.N)),
@@ -106,6 +106,7 @@ void ssm_scan_recurrent(const Mamba2Weights& w, const XbcRows& xbc, const float*
                  for (int64_t h = h0; h < h1; ++h) {
                    const int64_t g = d.group_of(h);
                    float* Sh = S + h * d.P * d.N;
+                   if (S0) std::copy_n(Sh, d.P * d.N, S0 + h * d.P * d.N);
                    for (int64_t t = 0; t < T; ++t)
                      ssm_step_head(Sh, xbc.x(t, h), xbc.B(t, g), xbc.C(t, g), dt[t * d.NH + h],
                                    w.A[h], w.D[h], d.P, d.N, y + t * d.DI + h * d.P);
@@ -211,8 +212,7 @@ void journal_round(const Mamba2Dims& d, const MambaState& st, const ProjRows& pr
                    const XbcRows& xbc, const float* dt, int64_t T, MambaJournal& j) {
   j.conv0.resize(st.conv.size());
   std::memcpy(j.conv0.data(), st.conv.data(), st.conv.bytes());
-  j.ssm0.resize(st.ssm.size());
-  std::memcpy(j.ssm0.data(), st.ssm.data(), st.ssm.bytes());
+  j.ssm0.resize(st.ssm.size());  // filled by the scan, head by head
   j.xbc.resize(size_t(T * d.CD));
   j.x.resize(size_t(T * d.DI));
   j.B.resize(size_t(T * d.G * d.N));
@@ -250,13 +250,15 @@ void mamba2_forward(const Mamba2Weights& w, const float* hn, int64_t T, float* o
     // 3. dt ← softplus(dt_raw + dt_bias).
     float* dt_rows = dt.data() + s.row0 * d.NH;
     for (int64_t t = 0; t < s.T; ++t)
-      for (int64_t h = 0; h < d.NH; ++h) dt_rows[t * d.NH + h] = dt_from_raw(w, proj.dt_raw(t)[h], h);
+      for (int64_t h = 0; h < d.NH; ++h)
+        dt_rows[t * d.NH + h] = dt_from_raw(w, proj.dt_raw(t)[h], h);
     if (s.journal) journal_round(d, st, proj, xbc, dt_rows, s.T, *s.journal);
     shift_conv_window(d, st.conv, proj.xBC(0), d.DP, s.T);
     // 4. y ← the SSM scan: the exact recurrence, or the chunked SSD form for long prefills.
     float* y_rows = y.data() + s.row0 * d.DI;
     if (s.opt.record || s.T < s.opt.ssd_min_rows)
-      ssm_scan_recurrent(w, xbc, dt_rows, s.T, st.ssm.data(), y_rows, tc);
+      ssm_scan_recurrent(w, xbc, dt_rows, s.T, st.ssm.data(), y_rows, tc,
+                         s.journal ? s.journal->ssm0.data() : nullptr);
     else
       ssm_scan_chunked(w, xbc, dt_rows, s.T, st.ssm.data(), y_rows, tc);
   }
@@ -266,16 +268,20 @@ void mamba2_forward(const Mamba2Weights& w, const float* hn, int64_t T, float* o
   kernels::linear(w.out_proj, y.data(), T, d.DI, out, d.H, tc);
 }
 
-void mamba2_replay(const Mamba2Weights& w, const MambaJournal& j, int64_t keep, MambaState& st) {
+void mamba2_replay(const Mamba2Weights& w, const MambaJournal& j, int64_t keep, MambaState& st,
+                   const ThreadConfig& tc) {
   const Mamba2Dims& d = w.dims;
-  std::memcpy(st.ssm.data(), j.ssm0.data(), j.ssm0.bytes());
-  for (int64_t h = 0; h < d.NH; ++h) {
-    const int64_t g = d.group_of(h);
-    float* S = st.ssm.data() + h * d.P * d.N;
-    for (int64_t t = 0; t < keep; ++t)
-      ssm_step_head(S, j.x.data() + t * d.DI + h * d.P, j.B.data() + (t * d.G + g) * d.N, nullptr,
-                    j.dt[t * d.NH + h], w.A[h], w.D[h], d.P, d.N, nullptr);
-  }
+  parallel_for(
+      tc, d.NH, std::max<int64_t>(1, 65536 / (keep * d.P * d.N)), [&](int64_t h0, int64_t h1) {
+        for (int64_t h = h0; h < h1; ++h) {
+          const int64_t g = d.group_of(h);
+          float* S = st.ssm.data() + h * d.P * d.N;
+          std::copy_n(j.ssm0.data() + h * d.P * d.N, d.P * d.N, S);
+          for (int64_t t = 0; t < keep; ++t)
+            ssm_step_head(S, j.x.data() + t * d.DI + h * d.P, j.B.data() + (t * d.G + g) * d.N,
+                          nullptr, j.dt[t * d.NH + h], w.A[h], w.D[h], d.P, d.N, nullptr);
+        }
+      });
   st.conv.resize(j.conv0.size());
   std::memcpy(st.conv.data(), j.conv0.data(), j.conv0.bytes());
   shift_conv_window(d, st.conv, j.xbc.data(), d.CD, keep);

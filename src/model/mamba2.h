@@ -90,9 +90,11 @@ float dt_from_raw(const Mamba2Weights& w, float raw, int64_t head);
 // + D·x. The single definition of the recurrence, shared by decode, verify and replay.
 void ssm_step_head(float* S, const float* x, const float* B, const float* C, float dt, float A,
                    float D, int64_t P, int64_t N, float* y);
-// The recurrence over T rows, heads split across threads: y[t] [DI]; S = state [NH, P, N].
+// The recurrence over T rows, heads split across threads: y[t] [DI]; S = state [NH, P, N]. With
+// `S0` (a recorded round's journal), each head's state is copied there before its first row, by
+// the thread that then steps it (in cache, in parallel, where a copy before the scan was neither).
 void ssm_scan_recurrent(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T,
-                        float* S, float* y, const ThreadConfig& tc);
+                        float* S, float* y, const ThreadConfig& tc, float* S0 = nullptr);
 // nemotron_h.md §3.6 the chunked SSD form of the same scan (mathematically equal, rounds
 // differently): long prefills.
 void ssm_scan_chunked(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T,
@@ -119,7 +121,9 @@ struct MambaSeq {
 // bitwise what its sequence would get alone.
 void mamba2_forward(const Mamba2Weights& w, const float* hn, int64_t T, float* out,
                     std::span<const MambaSeq> seqs, const ThreadConfig& tc);
-// Rebuild `st` as if only the first `keep` rows of the journaled round had run.
-void mamba2_replay(const Mamba2Weights& w, const MambaJournal& j, int64_t keep, MambaState& st);
+// Rebuild `st` as if only the first `keep` rows of the journaled round had run (heads split
+// across threads; each head's replay is the same sequence of steps at any thread count).
+void mamba2_replay(const Mamba2Weights& w, const MambaJournal& j, int64_t keep, MambaState& st,
+                   const ThreadConfig& tc);
 
 }  // namespace nemo::model

@@ -214,14 +214,15 @@ std::vector<ForwardResult> NemotronH::forward_batch(std::span<const BatchItem> i
   return out;
 }
 
-void NemotronH::accept(SequenceState& st, int64_t keep) const {
+void NemotronH::accept(SequenceState& st, int64_t keep, const ThreadConfig& tc) const {
   const int64_t T = st.pending_rows_;
   if (T == 0) fail("accept: the last forward was not recorded (ForwardOptions::record)");
   if (keep < 1 || keep > T) fail("accept: keep = {} outside [1, {}]", keep, T);
   for (size_t i = 0; i < layers_.size(); ++i)
     if (layers_[i].kind == io::LayerKind::Mamba && keep < T) {
       const int s = st.mamba_slot_[i];
-      mamba2_replay(std::get<Mamba2Weights>(layers_[i].mixer), st.journal_[s], keep, st.mamba_[s]);
+      mamba2_replay(std::get<Mamba2Weights>(layers_[i].mixer), st.journal_[s], keep, st.mamba_[s],
+                    tc);
     }
   st.n_past_ -= (T - keep);  // attention KV beyond n_past is dead and will be overwritten
   st.pending_rows_ = 0;

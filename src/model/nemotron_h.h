@@ -70,7 +70,7 @@ class NemotronH {
   std::vector<ForwardResult> forward_batch(std::span<const BatchItem> items, const ThreadConfig& tc,
                                            ForwardProfile* profile = nullptr) const;
   // After a recorded forward of T rows: keep the first `keep` (1..T) rows, exactly.
-  void accept(SequenceState& st, int64_t keep) const;
+  void accept(SequenceState& st, int64_t keep, const ThreadConfig& tc) const;
 
   // Post-norm_f hidden → logits for `n` rows (shared lm_head; used by MTP too).
   void logits_from_hidden(const float* hidden, int64_t n, float* logits,

@@ -1062,7 +1062,7 @@ TEST(BlockMamba2, ReplayKeepsExactlyAPrefix) {
         const auto h1 = uniform(size_t(T * H), sub(seed, 521));
         MambaJournal j;
         mamba2_forward(L.w, h1.data(), T, out.data(), st, &j, Mamba2Options{.record = true}, ThreadConfig{1});
-        mamba2_replay(L.w, j, keep, st);
+        mamba2_replay(L.w, j, keep, st, ThreadConfig{2});
         ref.forward(h1.data(), keep);
         const Err es = max_err(st.ssm.data(), ref.S), ew = max_err(st.conv.data(), widen(ref.window));
         m.add(std::max(es.err, ew.err));

@@ -132,7 +132,7 @@ TEST_P(ModelProps, ThreadCountNeverChangesBits) {
     ForwardOptions verify = fo;
     verify.record = true;
     add(m.forward(r.st, std::span<const int32_t>(next).subspan(1), verify, tc));
-    m.accept(r.st, 1);
+    m.accept(r.st, 1, tc);
     return r;
   };
   const Run one = run(1);
@@ -176,7 +176,7 @@ TEST_P(ModelProps, AcceptAfterVerifyEqualsDecodeState) {
     fo.all_logits = true;
     fo.record = true;
     m.forward(b, draft, fo, tc);
-    m.accept(b, keep);
+    m.accept(b, keep, tc);
     ASSERT_EQ(a.n_past(), b.n_past());
     for (size_t i = 0; i < a.mamba_.size(); ++i) {
       ASSERT_TRUE(
@@ -285,8 +285,8 @@ TEST_P(ModelProps, BatchedSequencesBitwiseEqualAlone) {
       ASSERT_EQ(got[i].taps.size(), want.taps.size());
       EXPECT_TRUE(bits_equal(got[i].taps.data(), want.taps.data(), want.taps.size()));
       if (cases[i].record) {  // keep a prefix: the rollback must agree too
-        m.accept(alone[i], std::min<int64_t>(2, cases[i].rows));
-        m.accept(batched[i], std::min<int64_t>(2, cases[i].rows));
+        m.accept(alone[i], std::min<int64_t>(2, cases[i].rows), tc);
+        m.accept(batched[i], std::min<int64_t>(2, cases[i].rows), tc);
       }
       // The states left behind: the next decode row agrees bitwise.
       const auto next = random_tokens(1, V, 300 + i);
@@ -439,12 +439,12 @@ TEST(ModelErrors, BadTokensAndAcceptMisuse) {
   EXPECT_THROW(m.forward(st, neg, {}, ThreadConfig{1}), Error);
   const int32_t ok[2] = {1, 2};
   m.forward(st, ok, {}, ThreadConfig{1});
-  EXPECT_THROW(m.accept(st, 1), Error);  // not recorded
+  EXPECT_THROW(m.accept(st, 1, ThreadConfig{1}), Error);  // not recorded
   ForwardOptions fo;
   fo.record = true;
   m.forward(st, ok, fo, ThreadConfig{1});
-  EXPECT_THROW(m.accept(st, 3), Error);
-  EXPECT_THROW(m.accept(st, 0), Error);
+  EXPECT_THROW(m.accept(st, 3, ThreadConfig{1}), Error);
+  EXPECT_THROW(m.accept(st, 0, ThreadConfig{1}), Error);
 }
 
 namespace {
