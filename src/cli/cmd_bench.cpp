@@ -315,7 +315,9 @@ struct Bench {
 
   // Speculative decoding per drafter and γ, side by side with plain decoding of the same prompts
   // (every --prompt-file, else the random prompt); every run must emit exactly the plain tokens.
-  // Speeds and acceptance are totals over all prompts.
+  // Speeds and acceptance are totals over all prompts. With --reps N the whole comparison runs N
+  // times, plain first in even repetitions and last in odd ones, and the speedup reported is the
+  // median of the N paired ratios (this VM's speed drifts between processes and within one).
   void speculation() {
     std::vector<std::string> kinds;
     if (o.spec == "all") {
@@ -330,59 +332,88 @@ struct Bench {
     const std::vector<int> gammas = int_list(o.gammas);
     struct Total {
       speculative::SpecStats s;
-      double secs = 0;
+      std::vector<double> secs;  // per repetition
       bool same = true;
     };
+    const int reps = std::max(1, o.reps);
     std::vector<Total> tot(kinds.size() * gammas.size());
-    double plain_s = 0;
+    for (auto& t : tot) t.secs.assign(size_t(reps), 0.0);
+    std::vector<double> plain_s(size_t(reps), 0.0);
     int64_t plain_tokens = 0;
     const auto& ps = prompts.empty() ? std::vector<std::vector<int32_t>>{prompt} : prompts;
     for (size_t pi = 0; pi < ps.size(); ++pi) {
       const auto req = request(std::max<int64_t>(2, o.gen), ps[pi]);
+      // The plain run that writes the script also warms the pages and buffers up.
       std::vector<int32_t> script;
-      engine::Generator plain_gen(m, tc);
-      if (pi == 0) plain_gen.generate(req, [](int32_t) { return true; });  // warm-up
-      const double t0 = now_seconds();
-      const auto plain = plain_gen.generate(req, [&](int32_t t) {
-        script.push_back(t);
-        return true;
-      });
-      plain_s += now_seconds() - t0 - plain.prefill_seconds;
-      plain_tokens += plain.generated_tokens - 1;
-      for (size_t ki = 0; ki < kinds.size(); ++ki)
-        for (size_t gi = 0; gi < gammas.size(); ++gi) {
-          engine::Generator gen(m, tc, make_drafter(kinds[ki], script), gammas[gi]);
-          std::vector<int32_t> out;
-          const double t1 = now_seconds();
-          const auto s = gen.generate(req,
-                                      [&](int32_t t) {
-                                        out.push_back(t);
-                                        return true;
-                                      })
-                             .spec;
-          auto& t = tot[ki * gammas.size() + gi];
-          t.secs += now_seconds() - t1 - s.prefill_s;
-          t.s.add(s);
-          t.s.emitted -= 1;  // the first token comes from the prefill, as in plain_tokens
-          t.same = t.same && out == script;
-        }
+      {
+        engine::Generator warm(m, tc);
+        warm.generate(req, [&](int32_t t) {
+          script.push_back(t);
+          return true;
+        });
+      }
+      const auto run_plain = [&](int rep) {
+        engine::Generator plain_gen(m, tc);
+        std::vector<int32_t> out;
+        const double t0 = now_seconds();
+        const auto plain = plain_gen.generate(req, [&](int32_t t) {
+          out.push_back(t);
+          return true;
+        });
+        plain_s[size_t(rep)] += now_seconds() - t0 - plain.prefill_seconds;
+        if (rep == 0) plain_tokens += plain.generated_tokens - 1;
+        if (out != script) fail("plain decoding is not deterministic across repetitions");
+      };
+      for (int rep = 0; rep < reps; ++rep) {
+        if (rep % 2 == 0) run_plain(rep);
+        for (size_t ki = 0; ki < kinds.size(); ++ki)
+          for (size_t gi = 0; gi < gammas.size(); ++gi) {
+            engine::Generator gen(m, tc, make_drafter(kinds[ki], script), gammas[gi]);
+            std::vector<int32_t> out;
+            const double t1 = now_seconds();
+            const auto s = gen.generate(req,
+                                        [&](int32_t t) {
+                                          out.push_back(t);
+                                          return true;
+                                        })
+                               .spec;
+            auto& t = tot[ki * gammas.size() + gi];
+            t.secs[size_t(rep)] += now_seconds() - t1 - s.prefill_s;
+            if (rep == 0) {
+              t.s.add(s);
+              t.s.emitted -= 1;  // the first token comes from the prefill, as in plain_tokens
+            }
+            t.same = t.same && out == script;
+          }
+        if (rep % 2 == 1) run_plain(rep);
+      }
     }
-    const double plain_tps = double(plain_tokens) / plain_s;
+    std::vector<double> plain_tps_rep;
+    for (double secs : plain_s) plain_tps_rep.push_back(double(plain_tokens) / secs);
+    const double plain_tps = median(plain_tps_rep);
     nlohmann::json runs = nlohmann::json::array();
     if (!o.json)
-      std::printf("spec       plain decoding %.2f tok/s (%lld tokens, %zu prompt%s)\n", plain_tps,
-                  (long long)plain_tokens, ps.size(), ps.size() == 1 ? "" : "s");
+      std::printf("spec       plain decoding %.2f tok/s (%lld tokens, %zu prompt%s%s)\n", plain_tps,
+                  (long long)plain_tokens, ps.size(), ps.size() == 1 ? "" : "s",
+                  reps > 1 ? fmt::format("; median of {} runs", reps).c_str() : "");
     for (size_t ki = 0; ki < kinds.size(); ++ki)
       for (size_t gi = 0; gi < gammas.size(); ++gi) {
         const auto& [s, secs, same] = tot[ki * gammas.size() + gi];
         const auto& kind = kinds[ki];
         const int g = gammas[gi];
-        const double tps = double(s.emitted) / secs;
+        std::vector<double> tps_rep, ratio;  // per repetition; ratio: paired with its plain run
+        for (size_t r = 0; r < secs.size(); ++r) {
+          tps_rep.push_back(double(s.emitted) / secs[r]);
+          ratio.push_back(tps_rep.back() / plain_tps_rep[r]);
+        }
+        const double tps = median(tps_rep), speedup = median(ratio);
+        const auto [lo, hi] = std::minmax_element(ratio.begin(), ratio.end());
         runs.push_back(
             {{"drafter", kind},
              {"gamma", g},
              {"tok_s", tps},
-             {"speedup", tps / plain_tps},
+             {"speedup", speedup},
+             {"speedup_runs", ratio},
              {"mean_accept_length", s.mean_accept_length()},
              {"acceptance_rate", s.acceptance_rate()},
              {"verify_calls", s.rounds},
@@ -395,10 +426,11 @@ struct Bench {
              {"identical_to_plain", same}});
         if (!o.json)
           std::printf(
-              "spec       %-6s gamma %d: %.2f tok/s (%.2fx), accept len %.2f, acceptance %.0f%%, "
+              "spec       %-6s gamma %d: %.2f tok/s (%.2fx%s), accept len %.2f, acceptance %.0f%%, "
               "draft %.2fs (%.2f ms/round) verify %.2fs rollback %.3fs%s\n",
-              kind.c_str(), g, tps, tps / plain_tps, s.mean_accept_length(),
-              100.0 * s.acceptance_rate(), s.draft_s,
+              kind.c_str(), g, tps, speedup,
+              reps > 1 ? fmt::format("; paired runs {:.2f}-{:.2f}x", *lo, *hi).c_str() : "",
+              s.mean_accept_length(), 100.0 * s.acceptance_rate(), s.draft_s,
               s.rounds ? 1e3 * s.draft_s / double(s.rounds) : 0.0, s.verify_s, s.rollback_s,
               same ? "" : "  OUTPUT DIFFERS FROM PLAIN DECODING");
         if (!same)
@@ -525,7 +557,9 @@ std::vector<Command> make_bench_command() {
         ->capture_default_str();
     s->add_option("-t,--threads", bo->threads, "Threads (default: all cores)")
         ->check(threads_range());
-    s->add_option("--reps", bo->reps, "Repetitions (best is reported)")
+    s->add_option("--reps", bo->reps,
+                  "Repetitions (best is reported; with --spec, the median of paired plain / "
+                  "speculative runs)")
         ->check(in_range(1, 1000))
         ->capture_default_str();
     s->add_flag("--json", bo->json, "Machine-readable output");

@@ -91,14 +91,18 @@ with tempfile.TemporaryDirectory() as d:
     b = os.path.join(d, "b")
     run(["synth", "--preset", "tiny-b", "--out", b, "--quiet"])
     bench = run(["bench", "-m", m, "--prompt-tokens", "8", "--gen", "4", "--json", "--spec", "oracle",
-                 "--gammas", "2", "--verify-curve"])
+                 "--gammas", "2", "--verify-curve", "--reps", "3"])
     ok = bench.returncode == 0
     if ok:
         j = json.loads(bench.stdout)
         c = j["verify_curve"]
         # The byte floor: width 1 routes as the decode step did (same token), and a wider pass
         # (the same rows plus more) reads at least the bytes of a narrower one.
-        ok = j["spec"][0]["identical_to_plain"] and j["spec"][0]["acceptance_rate"] == 1.0 and \
+        # --reps 3: three paired plain / speculative runs; the speedup is their median.
+        sp = j["spec"][0]
+        ok = len(sp["speedup_runs"]) == 3 and sp["speedup"] == sorted(sp["speedup_runs"])[1] and \
+            j["spec_plain_tok_s"] > 0 and \
+            j["spec"][0]["identical_to_plain"] and j["spec"][0]["acceptance_rate"] == 1.0 and \
             len(c) == 8 and c[0]["floor_relative"] == 1.0 and c[0]["bytes"] == j["decode_step_bytes"] and \
             all(c[i]["bytes"] <= c[i + 1]["bytes"] for i in range(7)) and c[7]["bytes"] > c[0]["bytes"] and \
             all(set(e["part_ms"]) == {"mamba", "attention", "moe", "mlp", "norms_embed", "lm_head"} and
