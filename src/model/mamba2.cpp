@@ -67,14 +67,15 @@ void conv1d_silu(const Mamba2Weights& w, const float* window, const ProjRows& ra
 
 void shift_conv_window(const Mamba2Dims& d, Buffer<float>& window, const float* raw_xbc,
                        int64_t stride, int64_t T) {
-  const int64_t KW = d.K - 1;
-  Buffer<float> nw(window.size());
-  for (int64_t r = 0; r < KW; ++r) {
-    const int64_t src = T - KW + r;
-    const float* from = src < 0 ? window.data() + (KW + src) * d.CD : raw_xbc + src * stride;
-    std::memcpy(nw.data() + r * d.CD, from, size_t(d.CD) * sizeof(float));
-  }
-  window = std::move(nw);
+  // In place, without a fresh buffer per layer and step: rows still in the window move up first,
+  // then the new rows follow.
+  const int64_t KW = d.K - 1, keep = std::max<int64_t>(0, KW - T);
+  if (keep > 0)
+    std::memmove(window.data(), window.data() + (KW - keep) * d.CD,
+                 size_t(keep * d.CD) * sizeof(float));
+  for (int64_t r = keep; r < KW; ++r)
+    std::memcpy(window.data() + r * d.CD, raw_xbc + (T - KW + r) * stride,
+                size_t(d.CD) * sizeof(float));
 }
 
 float dt_from_raw(const Mamba2Weights& w, float raw, int64_t head) {
