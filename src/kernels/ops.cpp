@@ -37,10 +37,71 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* 
   return detail::hsum8_fixed(v) + t;
 }
 
+// Four rows of dot_avx2 at once: the same two accumulators, loads and tail per row.
+__attribute__((target("avx2,fma"))) void dot4_avx2(const float* a, int64_t as, const float* b,
+                                                   int64_t n, float* out) {
+  const int64_t n16 = n - n % 16;
+  __m256 acc[4][2];
+  for (auto& r : acc) r[0] = r[1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < n16; k += 16) {
+    const __m256 b0 = _mm256_loadu_ps(b + k), b1 = _mm256_loadu_ps(b + k + 8);
+    for (int r = 0; r < 4; ++r) {
+      acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + r * as + k), b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(a + r * as + k + 8), b1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < 4; ++r) {
+    alignas(32) float v[8];
+    _mm256_store_ps(v, _mm256_add_ps(acc[r][0], acc[r][1]));
+    float t = 0.0f;
+    for (int64_t k = n16; k < n; ++k) t = std::fma(a[r * as + k], b[k], t);
+    out[r] = detail::hsum8_fixed(v) + t;
+  }
+}
+
+void decay_outer_add_ref(float* S, int64_t rows, int64_t n, float decay, const float* b,
+                         const float* x) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* s = S + r * n;
+    for (int64_t k = 0; k < n; ++k) s[k] = s[k] * decay + b[k] * x[r];
+  }
+}
+
+__attribute__((target("avx2"))) void decay_outer_add_avx2(float* S, int64_t rows, int64_t n,
+                                                          float decay, const float* b,
+                                                          const float* x) {
+  const int64_t n8 = n - n % 8;
+  const __m256 d = _mm256_set1_ps(decay);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* s = S + r * n;
+    const __m256 xv = _mm256_set1_ps(x[r]);
+    for (int64_t k = 0; k < n8; k += 8)
+      _mm256_storeu_ps(s + k, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(s + k), d),
+                                            _mm256_mul_ps(_mm256_loadu_ps(b + k), xv)));
+    for (int64_t k = n8; k < n; ++k) s[k] = s[k] * decay + b[k] * x[r];
+  }
+}
+
 }  // namespace
+
+void decay_outer_add(float* S, int64_t rows, int64_t n, float decay, const float* b,
+                     const float* x) {
+  if (active_isa() >= Isa::Avx2)
+    decay_outer_add_avx2(S, rows, n, decay, b, x);
+  else
+    decay_outer_add_ref(S, rows, n, decay, b, x);
+}
 
 float dot(const float* a, const float* b, int64_t n) {
   return active_isa() >= Isa::Avx2 ? dot_avx2(a, b, n) : dot_ref(a, b, n);
+}
+
+void dot_rows(const float* a, int64_t a_stride, int64_t rows, const float* b, int64_t n,
+              float* out) {
+  int64_t r = 0;
+  if (active_isa() >= Isa::Avx2)
+    for (; r + 4 <= rows; r += 4) dot4_avx2(a + r * a_stride, a_stride, b, n, out + r);
+  for (; r < rows; ++r) out[r] = dot(a + r * a_stride, b, n);
 }
 
 void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out) {

@@ -9,6 +9,16 @@ namespace nemo::kernels {
 
 // Σ a[i]·b[i] in the canonical order (16 fma lanes, fixed combine, sequential tail).
 float dot(const float* a, const float* b, int64_t n);
+// out[r] = dot(a + r·a_stride, b, n) for r < rows, each bitwise dot()'s: several rows' chains run
+// side by side, so the FMA latency of one short dot does not bound the loop (the SSM readout).
+void dot_rows(const float* a, int64_t a_stride, int64_t rows, const float* b, int64_t n,
+              float* out);
+
+// S[r][k] = S[r][k]·decay + b[k]·x[r] for r < rows, k < n (row stride n): a multiply, a
+// multiply and an add per element, never fused, so every path gives the same bits (the SSM's
+// state update).
+void decay_outer_add(float* S, int64_t rows, int64_t n, float decay, const float* b,
+                     const float* x);
 
 // out = (x · 1/sqrt(mean(x²) + eps)) · w   (w may be null = ones). out may alias x.
 void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out);

@@ -90,12 +90,11 @@ void ssm_step_head(float* S, const float* x, const float* B, const float* C, flo
   const float dA = std::exp(dt * A);
   float dtB[512];  // N <= 512 (checked at load)
   for (int64_t n = 0; n < N; ++n) dtB[n] = B[n] * dt;
-  for (int64_t p = 0; p < P; ++p) {
-    float* s = S + p * N;
-    const float xv = x[p];
-    for (int64_t n = 0; n < N; ++n) s[n] = s[n] * dA + dtB[n] * xv;
-    if (y) y[p] = dot(s, C, N) + D * xv;
-  }
+  kernels::decay_outer_add(S, P, N, dA, dtB, x);  // S[p][n] = S[p][n]·dA + dtB[n]·x[p]
+  if (!y) return;
+  // y[p] = S[p]·C + D·x[p]; the P dots side by side (each bitwise dot()'s).
+  kernels::dot_rows(S, N, P, C, N, y);
+  for (int64_t p = 0; p < P; ++p) y[p] = y[p] + D * x[p];
 }
 
 void ssm_scan_recurrent(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T,
@@ -142,7 +141,8 @@ void ssd_chunk_head(const Mamba2Weights& w, const XbcRows& xbc, const float* dt_
     const float* xi = xbc.x(t0 + i, h);
     float* yi = y + (t0 + i) * d.DI + h * P;
     const float e_in = std::exp(cs[i]);
-    for (int64_t p = 0; p < P; ++p) yi[p] = e_in * dot(S + p * N, Ci, N);
+    kernels::dot_rows(S, N, P, Ci, N, yi);  // S[p]·C_i, side by side
+    for (int64_t p = 0; p < P; ++p) yi[p] = e_in * yi[p];
     for (int64_t j = 0; j <= i; ++j) {
       const float coef = Gm[i * Q + j] * std::exp(cs[i] - cs[j]);
       kernels::axpy(coef, u + j * P, yi, P);

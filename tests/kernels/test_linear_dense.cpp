@@ -134,6 +134,60 @@ TEST(Ops, DotAndRmsNorm) {
   EXPECT_EQ(std::memcmp(&r, &(const float&)dot(a.data(), b.data(), 1001), 4), 0);
 }
 
+TEST(Ops, DotRowsIsDotPerRow) {
+  // dot_rows: each row bitwise dot()'s, on every path the machine has, for row counts around the
+  // 4-row blocks and lengths with and without a tail (the SSM readout: 64 rows of 128).
+  const Isa saved = active_isa();
+  int checked = 0;
+  for (Isa isa : available_isas()) {
+    set_active_isa(isa);
+    for (int64_t n : {int64_t(7), int64_t(16), int64_t(128), int64_t(131)})
+      for (int64_t rows : {int64_t(1), int64_t(3), int64_t(4), int64_t(9), int64_t(64)}) {
+        const int64_t stride = n + 5;
+        const auto a = rand_x(size_t(rows * stride), uint64_t(11 + n + rows)),
+                   b = rand_x(size_t(n), uint64_t(12 + n));
+        std::vector<float> got(size_t(rows), -1.0f);
+        dot_rows(a.data(), stride, rows, b.data(), n, got.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          const float want = dot(a.data() + r * stride, b.data(), n);
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[size_t(r)]), std::bit_cast<uint32_t>(want))
+              << isa_name(isa) << " n " << n << " rows " << rows << " row " << r;
+          ++checked;
+        }
+      }
+  }
+  set_active_isa(saved);
+  EXPECT_EQ(checked, int(available_isas().size()) * 4 * (1 + 3 + 4 + 9 + 64));
+}
+
+TEST(Ops, DecayOuterAddSameBitsEveryPath) {
+  // S·decay + b ⊗ x, element by element unfused: every path gives the reference's bits, tails
+  // included (n = 128: the SSM state rows).
+  const Isa saved = active_isa();
+  int checked = 0;
+  for (int64_t n : {int64_t(5), int64_t(128), int64_t(131)}) {
+    const int64_t rows = 6;
+    const auto S0 = rand_x(size_t(rows * n), uint64_t(21 + n)), b = rand_x(size_t(n), 22),
+               x = rand_x(size_t(rows), 23);
+    set_active_isa(Isa::Reference);
+    auto want = S0;
+    decay_outer_add(want.data(), rows, n, 0.8125f, b.data(), x.data());
+    // The reference is the formula, rounded after each operation.
+    for (int64_t i = 0; i < rows * n; ++i)
+      ASSERT_EQ(want[size_t(i)], S0[size_t(i)] * 0.8125f + b[size_t(i % n)] * x[size_t(i / n)]);
+    for (Isa isa : available_isas()) {
+      set_active_isa(isa);
+      auto got = S0;
+      decay_outer_add(got.data(), rows, n, 0.8125f, b.data(), x.data());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+          << isa_name(isa) << " n " << n;
+      ++checked;
+    }
+  }
+  set_active_isa(saved);
+  EXPECT_EQ(checked, 3 * int(available_isas().size()));
+}
+
 TEST(Ops, Activations) {
   EXPECT_FLOAT_EQ(softplus(25.0f), 25.0f);  // threshold 20: identity
   EXPECT_NEAR(softplus(0.0f), std::log(2.0f), 1e-7);
