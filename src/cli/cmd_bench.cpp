@@ -317,7 +317,8 @@ struct Bench {
   // (every --prompt-file, else the random prompt); every run must emit exactly the plain tokens.
   // Speeds and acceptance are totals over all prompts. With --reps N the whole comparison runs N
   // times, plain first in even repetitions and last in odd ones, and the speedup reported is the
-  // median of the N paired ratios (this VM's speed drifts between processes and within one).
+  // median of the N paired ratios (this VM's speed drifts between processes and within one);
+  // acceptance and the draft / verify / rollback seconds are the first repetition's.
   void speculation() {
     std::vector<std::string> kinds;
     if (o.spec == "all") {
