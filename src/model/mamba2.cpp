@@ -272,17 +272,18 @@ void mamba2_forward(const Mamba2Weights& w, const float* hn, int64_t T, float* o
 void mamba2_replay(const Mamba2Weights& w, const MambaJournal& j, int64_t keep, MambaState& st,
                    const ThreadConfig& tc) {
   const Mamba2Dims& d = w.dims;
-  parallel_for(
-      tc, d.NH, std::max<int64_t>(1, 65536 / (keep * d.P * d.N)), [&](int64_t h0, int64_t h1) {
-        for (int64_t h = h0; h < h1; ++h) {
-          const int64_t g = d.group_of(h);
-          float* S = st.ssm.data() + h * d.P * d.N;
-          std::copy_n(j.ssm0.data() + h * d.P * d.N, d.P * d.N, S);
-          for (int64_t t = 0; t < keep; ++t)
-            ssm_step_head(S, j.x.data() + t * d.DI + h * d.P, j.B.data() + (t * d.G + g) * d.N,
-                          nullptr, j.dt[t * d.NH + h], w.A[h], w.D[h], d.P, d.N, nullptr);
-        }
-      });
+  parallel_for(tc, d.NH, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, keep * d.P * d.N)),
+               [&](int64_t h0, int64_t h1) {
+                 for (int64_t h = h0; h < h1; ++h) {
+                   const int64_t g = d.group_of(h);
+                   float* S = st.ssm.data() + h * d.P * d.N;
+                   std::copy_n(j.ssm0.data() + h * d.P * d.N, d.P * d.N, S);
+                   for (int64_t t = 0; t < keep; ++t)
+                     ssm_step_head(S, j.x.data() + t * d.DI + h * d.P,
+                                   j.B.data() + (t * d.G + g) * d.N, nullptr, j.dt[t * d.NH + h],
+                                   w.A[h], w.D[h], d.P, d.N, nullptr);
+                 }
+               });
   st.conv.resize(j.conv0.size());
   std::memcpy(st.conv.data(), j.conv0.data(), j.conv0.bytes());
   shift_conv_window(d, st.conv, j.xbc.data(), d.CD, keep);
