@@ -131,9 +131,12 @@ def main():
         rc, st, hd, body = curl(base + "/v1/no-such-route")
         check(st == 404, f"unknown route → {st}")
 
-        # A client that hangs up mid-stream: curl gives up after 1 s (exit 28) on a long reply.
+        # A client that hangs up mid-stream: curl reads at 2 KB/s and gives up after 1 s (exit 28)
+        # on a long reply (the rate limit, not the model's speed, keeps the stream unfinished: the
+        # tiny model writes 3000 tokens in under a second).
         long_req = dict(req, max_tokens=3000, ignore_eos=True, temperature=0.8, stream=True)
-        rc, st, hd, body = post_json(base + "/v1/chat/completions", long_req, "-N", "--max-time", "1")
+        rc, st, hd, body = post_json(base + "/v1/chat/completions", long_req, "-N", "--max-time", "1",
+                                     "--limit-rate", "2k")
         check(rc == 28 and st == 200 and len(sse_events(body)) >= 2,
               f"hang-up mid-stream: curl exit {rc}, HTTP {st}, {len(sse_events(body))} events before")
         rc, st, hd, body = curl(base + "/health")
