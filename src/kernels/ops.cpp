@@ -23,34 +23,23 @@ float dot_ref(const float* a, const float* b, int64_t n) {
   return detail::hsum8_fixed(v) + t;
 }
 
-__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t n) {
+// R rows of the canonical dot at once (out[r] = a_r · b, rows a + r·as): per row two 8-lane
+// accumulators over the 16-element blocks, their sum through hsum8_fixed, then the tail's fma
+// chain; R > 1 only keeps more independent chains in flight (dot_rows).
+template <int R>
+__attribute__((target("avx2,fma"))) void dot_rows_avx2(const float* a, int64_t as, const float* b,
+                                                       int64_t n, float* out) {
   const int64_t n16 = n - n % 16;
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  for (int64_t k = 0; k < n16; k += 16) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(b + k + 8), a1);
-  }
-  alignas(32) float v[8];
-  _mm256_store_ps(v, _mm256_add_ps(a0, a1));
-  float t = 0.0f;
-  for (int64_t k = n16; k < n; ++k) t = std::fma(a[k], b[k], t);
-  return detail::hsum8_fixed(v) + t;
-}
-
-// Four rows of dot_avx2 at once: the same two accumulators, loads and tail per row.
-__attribute__((target("avx2,fma"))) void dot4_avx2(const float* a, int64_t as, const float* b,
-                                                   int64_t n, float* out) {
-  const int64_t n16 = n - n % 16;
-  __m256 acc[4][2];
+  __m256 acc[R][2];
   for (auto& r : acc) r[0] = r[1] = _mm256_setzero_ps();
   for (int64_t k = 0; k < n16; k += 16) {
     const __m256 b0 = _mm256_loadu_ps(b + k), b1 = _mm256_loadu_ps(b + k + 8);
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < R; ++r) {
       acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + r * as + k), b0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(a + r * as + k + 8), b1, acc[r][1]);
     }
   }
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 0; r < R; ++r) {
     alignas(32) float v[8];
     _mm256_store_ps(v, _mm256_add_ps(acc[r][0], acc[r][1]));
     float t = 0.0f;
@@ -93,14 +82,17 @@ void decay_outer_add(float* S, int64_t rows, int64_t n, float decay, const float
 }
 
 float dot(const float* a, const float* b, int64_t n) {
-  return active_isa() >= Isa::Avx2 ? dot_avx2(a, b, n) : dot_ref(a, b, n);
+  if (active_isa() < Isa::Avx2) return dot_ref(a, b, n);
+  float out;
+  dot_rows_avx2<1>(a, 0, b, n, &out);
+  return out;
 }
 
 void dot_rows(const float* a, int64_t a_stride, int64_t rows, const float* b, int64_t n,
               float* out) {
   int64_t r = 0;
   if (active_isa() >= Isa::Avx2)
-    for (; r + 4 <= rows; r += 4) dot4_avx2(a + r * a_stride, a_stride, b, n, out + r);
+    for (; r + 4 <= rows; r += 4) dot_rows_avx2<4>(a + r * a_stride, a_stride, b, n, out + r);
   for (; r < rows; ++r) out[r] = dot(a + r * a_stride, b, n);
 }
 
