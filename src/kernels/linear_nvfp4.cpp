@@ -138,6 +138,13 @@ struct Nvfp4Avx512 : Nvfp4Ref {
     if ((k & 1023) == 0)
       _mm_prefetch(reinterpret_cast<const char*>(rs + ahead * (K / 16) + (k >> 4)), _MM_HINT_T0);
   }
+  // 64 k of O rows: O / 2 lines of codes, and every 4 steps O / 4 lines of scales.
+  template <int O>
+  void prefetch_next_tile(int64_t step) const {
+    static_assert(O % 4 == 0);
+    packed::prefetch_lines<O / 2>(rd + O * (K / 2), step);
+    if ((step & 3) == 0) packed::prefetch_lines<O / 4>(rs + O * (K / 16), step >> 2);
+  }
   static __m512i codes(const uint8_t* p) {
     const __m512i ctrl =
         _mm512_set_epi64(0x3C00000038, 0x3400000030, 0x2C00000028, 0x2400000020,  //
@@ -311,6 +318,13 @@ struct Nvfp4Bf16Z {
     __m512i decode(int64_t k0) const { return decode32_bf16(codes + k0 / 2, scales + k0 / 16); }
     void prefetch(int64_t k0, int64_t ahead) const {
       _mm_prefetch(reinterpret_cast<const char*>(codes + ahead * row_bytes + k0 / 2), _MM_HINT_T0);
+    }
+    // The next O rows' codes, O lines per step, and their scales (an eighth of the bytes), one
+    // line per step (past them for O < 8: harmless).
+    template <int O>
+    void prefetch_next_tile(int64_t step) const {
+      packed::prefetch_lines<O>(codes + O * row_bytes, step);
+      packed::prefetch_lines<1>(scales + O * (row_bytes / 8), step);
     }
   };
   static void round_row(const float* x, int64_t K, uint16_t* words, float* tail) {

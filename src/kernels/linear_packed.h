@@ -269,6 +269,23 @@ inline void lay_row_bf16_pairs(const float* x, int64_t K, float* out) {
   for (int64_t k = K32; k < K; ++k) out[k] = round_activation_bf16(x[k]);
 }
 
+// A tile's O output rows are contiguous in memory, and so are the next tile's: while a tile runs,
+// it prefetches the next tile's bytes as one sequential run, N lines per step (prefetch_lines),
+// rather than the same lines row by row. On Zen 4 one core read the row-by-row pattern (8 rows of
+// 1344 bytes, a line of each per step) at 10-12 GB/s and the sequential one at 21-25
+// (tools/bench/probe_streams.cpp modes 1 and 2); docs/PERFORMANCE.md has the kernels' gains.
+// Lines [step * N, step * N + N) of the region at p (64 bytes each) into L1. The instruction is
+// written as volatile asm: GCC 12 deletes calls of helpers whose body is only _mm_prefetch (it
+// takes them for functions without side effects), and loops made only of them.
+inline void prefetch_t0(const char* p) {
+  asm volatile("prefetcht0 %0" : : "m"(*p));
+}
+template <int N>
+inline void prefetch_lines(const void* p, int64_t step) {
+  const char* base = static_cast<const char*>(p) + step * N * 64;
+  for (int i = 0; i < N; ++i) prefetch_t0(base + 64 * i);
+}
+
 // Outputs per block when several row groups sweep the same weights: ~64 KB of packed
 // weights, so the block stays in L2 while every group passes over it.
 inline int64_t swept_block_outputs(const PackedWeight& w) {
@@ -284,6 +301,9 @@ inline int64_t swept_block_outputs(const PackedWeight& w) {
 // the weights are read from memory once per output block however many rows share the pass.
 //
 // AVX-512 decoders add: __m512 decode16z(int64_t k) const   // w'[k..k+15]
+//                       optional template <int O> prefetch_next_tile(int64_t step) const  // on
+//                           row o of a one-row tile of O > 1 outputs: step's share (k = 64 step)
+//                           of the next O rows, in place of prefetch(k, O) on each row
 //                       optional __m512 decode16z_1(int64_t k) const  // the same values, for
 //                           tiles of 1-2 rows where another instruction mix measured faster
 //                       static constexpr int64_t kWideRows  // rows from which range_wide_z runs
@@ -326,8 +346,14 @@ inline void tile_z(const PackedWeight& w, const float* x, int64_t xs, float* y, 
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
   for (int64_t k = 0; k < K16; k += 16) {
-    if ((k & 63) == 0)
-      for (int j = 0; j < O; ++j) d[j].prefetch(k, O);
+    if ((k & 63) == 0) {
+      // One row only: 2- and 4-row passes ran 1.15x and 1.8x slower with it (Zen 4; their
+      // activations, 21-43 KB at K = 2688, share L1 with the next tile fetched early).
+      if constexpr (R == 1 && O > 1 && requires { d[0].template prefetch_next_tile<O>(k); })
+        d[0].template prefetch_next_tile<O>(k / 64);
+      else
+        for (int j = 0; j < O; ++j) d[j].prefetch(k, O);
+    }
     __m512 wv[O];
     for (int j = 0; j < O; ++j) wv[j] = decode_z<R>(d[j], k);
     for (int r = 0; r < R; ++r) {
@@ -457,7 +483,9 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
 // T::round_row(x, K, words, tail) prepares a row: its K32 chunks as bf16 words in the decoder's
 // order (stride K), its tail [K32, K) as f32 (stride K - K32). T::Cursor walks one output row:
 // init(w, o), decode(k0) = the chunk's 32 weights as bf16 words in that order, prefetch(k0, ahead)
-// every T::kPrefetchK weights. T::Ref is the format's scalar decoder (tails and post).
+// every T::kPrefetchK weights (a line of one row's codes), or in one-row tiles, where the cursor
+// has it, prefetch_next_tile<O>(step) on the tile's first row: step's share of the next O rows.
+// T::Ref is the format's scalar decoder (tails and post).
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c")
 
@@ -474,8 +502,13 @@ inline void tile_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* 
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
   for (int64_t k0 = 0; k0 < K32; k0 += 32) {
-    if ((k0 & (T::kPrefetchK - 1)) == 0)
-      for (int j = 0; j < O; ++j) c[j].prefetch(k0, O);
+    if ((k0 & (T::kPrefetchK - 1)) == 0) {
+      // One row only (as tile_z): 4- and 8-row NVFP4 passes ran 1.35x and 1.7x slower with it.
+      if constexpr (R == 1 && requires { c[0].template prefetch_next_tile<O>(k0); })
+        c[0].template prefetch_next_tile<O>(k0 / T::kPrefetchK);
+      else
+        for (int j = 0; j < O; ++j) c[j].prefetch(k0, O);
+    }
     __m512i wv[O];
     for (int j = 0; j < O; ++j) wv[j] = c[j].decode(k0);
     for (int r = 0; r < R; ++r) {
