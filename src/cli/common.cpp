@@ -183,7 +183,8 @@ kernels::Arith arith_of(const std::string& arith) {
   // What runs is what the kernel selection says (bf16_kernel_name); the notes only explain why.
   const kernels::Isa isa = kernels::active_isa();
   const std::string kernel = kernels::bf16_kernel_name(isa);
-  if (kernel != "avx512_bf16" && isa == kernels::Isa::Avx512 && kernels::cpu_has_avx512_bf16())
+  if (!kernel.starts_with("avx512_bf16") && isa == kernels::Isa::Avx512 &&
+      kernels::cpu_has_avx512_bf16())
     std::fprintf(
         stderr,
         "warning: --arith bf16: this CPU's VDPBF16PS does not give the defined sums (the "

@@ -92,8 +92,18 @@ bool bf16_kernel_verified() {
   return ok;
 }
 
+bool cpu_splits_512bit_ops() {
+  static const bool split = [] {
+    __builtin_cpu_init();
+    return detected_isa() == Isa::Avx512 && __builtin_cpu_is("amdfam19h");
+  }();
+  return split;
+}
+
 const char* bf16_kernel_name(Isa isa) {
-  if (isa >= Isa::Avx512 && bf16_kernel_verified()) return "avx512_bf16";
+  if (isa >= Isa::Avx512 && bf16_kernel_verified())
+    return cpu_splits_512bit_ops() ? "avx512_bf16 (NVFP4 1-2 rows in 256-bit blocks)"
+                                   : "avx512_bf16";
   return isa >= Isa::Avx2 ? "avx2" : "reference";
 }
 
@@ -245,6 +255,7 @@ RangeFn select_range_fn(const PackedWeight& w, Isa isa) {  // (bf16_kernel_name 
   const bool avx512_bf16 = isa >= Isa::Avx512 && bf16_kernel_verified();
   switch (w.format) {
     case WeightFormat::NVFP4:
+      if (avx512_bf16 && cpu_splits_512bit_ops()) return range_nvfp4_bf16_avx512_halves;
       return avx512_bf16        ? range_nvfp4_bf16_avx512
              : isa >= Isa::Avx2 ? range_nvfp4_bf16_avx2
                                 : range_nvfp4_bf16_ref;

@@ -189,20 +189,6 @@ inline __m512i decode32_fp8_bf16(const uint8_t* p) {
   return _mm512_mask_mov_epi16(n, low, patched);
 }
 
-// x~ of one row as bf16 in k order (VCVTNE2PS2BF16, nearest even; what it would flush as
-// subnormal is below 2^-100 and zeroed first), then the tail as f32 in k order.
-inline void round_row_bf16_kord(const float* x, int64_t K, uint16_t* words, float* tail) {
-  const __m512 tiny = _mm512_set1_ps(0x1p-100f);
-  const int64_t K32 = K - K % 32;
-  for (int64_t k0 = 0; k0 < K32; k0 += 32) {
-    __m512 a = _mm512_loadu_ps(x + k0), b = _mm512_loadu_ps(x + k0 + 16);
-    a = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(a), tiny, _CMP_NLT_UQ), a);
-    b = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(b), tiny, _CMP_NLT_UQ), b);
-    _mm512_storeu_si512(words + k0, (__m512i)_mm512_cvtne2ps_pbh(b, a));
-  }
-  for (int64_t k = K32; k < K; ++k) tail[k - K32] = round_activation_bf16(x[k]);
-}
-
 // FP8's weights are twice NVFP4's bytes per weight, so 5-8 rows at K = 2688 also go in 4-row
 // groups (the Mamba in_proj 10304 x 2688, 8 rows: 2.2-2.7 ms vs 3.6-3.9 ms as one 8-row pass).
 struct Fp8Bf16Z {
@@ -221,7 +207,7 @@ struct Fp8Bf16Z {
     }
   };
   static void round_row(const float* x, int64_t K, uint16_t* words, float* tail) {
-    round_row_bf16_kord(x, K, words, tail);
+    packed::round_row_bf16_kord(x, K, words, tail);
   }
   static int64_t group(int64_t, int64_t K) { return 16 * K <= 32 * 1024 ? 8 : 4; }
 };

@@ -32,6 +32,9 @@ void range_nvfp4_bf16_avx2(const PackedWeight&, const float*, int64_t, int64_t, 
                            int64_t, int64_t);
 void range_nvfp4_bf16_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                              int64_t, int64_t);
+// The same bits, 1-2 rows one scale block per ymm (faster where 512-bit operations are split).
+void range_nvfp4_bf16_avx512_halves(const PackedWeight&, const float*, int64_t, int64_t, float*,
+                                    int64_t, int64_t, int64_t);
 // Does range_nvfp4_bf16_avx512 give the reference's bits on this CPU? (Call only where
 // cpu_has_avx512_bf16(); kernels/linear.h bf16_kernel_verified() runs it once.)
 bool nvfp4_bf16_kernel_self_check();

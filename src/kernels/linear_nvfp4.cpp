@@ -277,26 +277,32 @@ inline __m512i decode32_bf16(const uint8_t* codes, const uint8_t* scales) {
   return _mm512_permutexvar_epi16(idx, table);
 }
 
-// x~ of one row (round_activation_bf16 of each element): the chunks as bf16 in word order, by
-// VCVTNE2PS2BF16 (nearest even; what it would flush as subnormal is below 2^-100 and zeroed
-// first) and one VPERMW per chunk, then the tail as f32 in k order.
+// x~ of one row (round_activation_bf16 of each element): the chunks as bf16 in word order (k
+// order, then one VPERMW per chunk), then the tail as f32 in k order.
 inline void round_row_bf16_avx512(const float* x, int64_t K, uint16_t* words, float* tail) {
   alignas(64) static constexpr std::array<uint16_t, 32> order = [] {
     std::array<uint16_t, 32> a{};
     for (int i = 0; i < 32; ++i) a[size_t(i)] = uint16_t(bf16_word_element(i));
     return a;
   }();
+  packed::round_row_bf16_kord(x, K, words, tail);
   const __m512i perm = _mm512_load_si512(order.data());
-  const __m512 tiny = _mm512_set1_ps(0x1p-100f);
-  const int64_t K32 = K - K % 32;
-  for (int64_t k0 = 0; k0 < K32; k0 += 32) {
-    __m512 a = _mm512_loadu_ps(x + k0), b = _mm512_loadu_ps(x + k0 + 16);
-    a = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(a), tiny, _CMP_NLT_UQ), a);
-    b = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(b), tiny, _CMP_NLT_UQ), b);
-    const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // words 0-15 = a, 16-31 = b
-    _mm512_storeu_si512(words + k0, _mm512_permutexvar_epi16(perm, h));
-  }
-  for (int64_t k = K32; k < K; ++k) tail[k - K32] = round_activation_bf16(x[k]);
+  for (int64_t k0 = 0; k0 + 32 <= K; k0 += 32)
+    _mm512_storeu_si512(words + k0, _mm512_permutexvar_epi16(perm, _mm512_loadu_si512(words + k0)));
+}
+
+// One scale block's 16 weights as bf16 in k order, for tile_bf16_y: the 8 code bytes broadcast
+// to every qword, VPMULTISHIFTQB puts nibble 4j + i in the low byte of word i of qword j, and
+// VPERMW (which reads 4 index bits at this width) looks it up in the block's product row.
+inline __m256i decode16_bf16(const uint8_t* codes, uint8_t scale) {
+  const __m256i ctrl = _mm256_set_epi64x(0x003C003800340030, 0x002C002800240020, 0x001C001800140010,
+                                         0x000C000800040000);
+  int64_t q;
+  std::memcpy(&q, codes, 8);
+  return _mm256_permutexvar_epi16(
+      _mm256_maskz_multishift_epi64_epi8(~__mmask32(0), ctrl, _mm256_set1_epi64x(q)),
+      _mm256_load_si256(
+          reinterpret_cast<const __m256i*>(kProductsBf16.data() + 16 * size_t(scale))));
 }
 
 // Up to 8 rows: one pass (one decode feeds every row, so a 5-8-row pass decodes each weight
@@ -316,6 +322,10 @@ struct Nvfp4Bf16Z {
       scales = static_cast<const uint8_t*>(w.scales) + o * (w.cols / 16);
     }
     __m512i decode(int64_t k0) const { return decode32_bf16(codes + k0 / 2, scales + k0 / 16); }
+    void decode_halves(int64_t k0, __m256i& lo, __m256i& hi) const {
+      lo = decode16_bf16(codes + k0 / 2, scales[k0 / 16]);
+      hi = decode16_bf16(codes + k0 / 2 + 8, scales[k0 / 16 + 1]);
+    }
     void prefetch(int64_t k0, int64_t ahead) const {
       _mm_prefetch(reinterpret_cast<const char*>(codes + ahead * row_bytes + k0 / 2), _MM_HINT_T0);
     }
@@ -341,6 +351,12 @@ void range_nvfp4_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_ro
                              int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
                              int64_t o_end) {
   packed::range_bf16_z<Nvfp4Bf16Z>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+}
+
+void range_nvfp4_bf16_avx512_halves(const PackedWeight& w, const float* x, int64_t n_rows,
+                                    int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
+                                    int64_t o_end) {
+  packed::range_bf16_z<Nvfp4Bf16Z, 2>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 #pragma GCC pop_options
@@ -460,7 +476,10 @@ bool nvfp4_bf16_kernel_self_check() {
                  .arith = Arith::Bf16};
   std::vector<float> x(size_t(kRows * kCols));
   packed::self_check_activations([&] { return rng.next(); }, x.data(), int64_t(x.size()));
-  return packed::self_check_rows(w, x.data(), kRows, range_nvfp4_bf16_ref, range_nvfp4_bf16_avx512);
+  return packed::self_check_rows(w, x.data(), kRows, range_nvfp4_bf16_ref,
+                                 range_nvfp4_bf16_avx512) &&
+         packed::self_check_rows(w, x.data(), kRows, range_nvfp4_bf16_ref,
+                                 range_nvfp4_bf16_avx512_halves);
 }
 
 // Spec order (ModelOpt / vLLM): s = E4M3 * weight_scale_2 (one f32 rounding), w = E2M1 * s.

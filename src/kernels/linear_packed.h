@@ -489,9 +489,39 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c")
 
+// A tile's prefetch every T::kPrefetchK weights: the next O rows, as one sequential run in one-row
+// tiles where the cursor can (as tile_z: 4- and 8-row NVFP4 passes ran 1.35x and 1.7x slower with
+// it), else row by row.
+template <class T, int R, int O>
+inline void prefetch_tile_bf16(const typename T::Cursor (&c)[O], int64_t k0) {
+  if ((k0 & (T::kPrefetchK - 1)) != 0) return;
+  if constexpr (R == 1 && requires { c[0].template prefetch_next_tile<O>(k0); })
+    c[0].template prefetch_next_tile<O>(k0 / T::kPrefetchK);
+  else
+    for (int j = 0; j < O; ++j) c[j].prefetch(k0, O);
+}
+
+// The end of a tile: each (r, j) from its 16 lanes (in tile_bf16_z's order) and its tail, as the
+// f32 kernels finish (finish_lanes).
+template <class T, int R, int O>
+inline void finish_tile_bf16(const PackedWeight& w, const float* xt, float* y, int64_t ys,
+                             int64_t o, const float (&lanes)[R][O][16]) {
+  const int64_t K = w.cols, K32 = K - K % 32;
+  typename T::Ref d;
+  d.init(w);
+  for (int j = 0; j < O; ++j) {
+    d.row(o + j);
+    for (int r = 0; r < R; ++r) {
+      float t = 0.0f;
+      for (int64_t k = K32; k < K; ++k) t = std::fma(d.at(k), xt[r * (K - K32) + (k - K32)], t);
+      y[r * ys + o + j] = finish_lanes(_mm512_loadu_ps(lanes[r][j]), t, d.post());
+    }
+  }
+}
+
 // R rows x O outputs [o, o + O). The accumulators leave the registers only once, through
 // `lanes` (indexing them in the finishing loop spilled them on every iteration of the main
-// loop); each finishes as the f32 kernels' (finish_lanes).
+// loop).
 template <class T, int R, int O>
 inline void tile_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
                         int64_t ys, int64_t o) {
@@ -502,13 +532,7 @@ inline void tile_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* 
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
   for (int64_t k0 = 0; k0 < K32; k0 += 32) {
-    if ((k0 & (T::kPrefetchK - 1)) == 0) {
-      // One row only (as tile_z): 4- and 8-row NVFP4 passes ran 1.35x and 1.7x slower with it.
-      if constexpr (R == 1 && requires { c[0].template prefetch_next_tile<O>(k0); })
-        c[0].template prefetch_next_tile<O>(k0 / T::kPrefetchK);
-      else
-        for (int j = 0; j < O; ++j) c[j].prefetch(k0, O);
-    }
+    prefetch_tile_bf16<T, R, O>(c, k0);
     __m512i wv[O];
     for (int j = 0; j < O; ++j) wv[j] = c[j].decode(k0);
     for (int r = 0; r < R; ++r) {
@@ -520,16 +544,7 @@ inline void tile_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* 
   alignas(64) float lanes[R][O][16];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < O; ++j) _mm512_store_ps(lanes[r][j], acc[r][j]);
-  typename T::Ref d;
-  d.init(w);
-  for (int j = 0; j < O; ++j) {
-    d.row(o + j);
-    for (int r = 0; r < R; ++r) {
-      float t = 0.0f;
-      for (int64_t k = K32; k < K; ++k) t = std::fma(d.at(k), xt[r * (K - K32) + (k - K32)], t);
-      y[r * ys + o + j] = finish_lanes(_mm512_load_ps(lanes[r][j]), t, d.post());
-    }
-  }
+  finish_tile_bf16<T, R, O>(w, xt, y, ys, o, lanes);
 }
 
 // Outputs per tile: 8 for 1-2 rows, 5 for 3, 4 for 4-5, 3 for 6-8 (8-24 accumulators of the 32
@@ -546,13 +561,94 @@ inline void rows_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* 
   for (; o < o_end; ++o) tile_bf16_z<T, R, 1>(w, xw, xt, y, ys, o);
 }
 
-template <class T>
+// The tile of tile_bf16_z for decoders whose chunk is two 16-weight scale blocks, one ymm each:
+// T::Cursor::decode_halves(k0, lo, hi) gives each block's weights as bf16 in k order, over
+// activations in k order. Lane m of block h's accumulator sums the weights of elements 16h + 2m
+// (+ 1), as lane 4 * (m / 2) + 2h + m % 2 of tile_bf16_z does, in the same order, so the result
+// is the same bits. Where a 512-bit operation runs as two 256-bit halves (Zen 4) a block's
+// product row can be the permute's memory operand, with no merging of two rows into one zmm and no
+// VPTERNLOGD: 1-2-row NVFP4 passes ran 1.10-1.25x faster there (docs/PERFORMANCE.md). 4 outputs
+// per tile (8 at one row spilled accumulators and pointers and ran 0.9-1.0x).
+template <class T, int R, int O>
+inline void tile_bf16_y(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
+                        int64_t ys, int64_t o) {
+  const int64_t K = w.cols, K32 = K - K % 32;
+  typename T::Cursor c[O];
+  for (int j = 0; j < O; ++j) c[j].init(w, o + j);
+  __m256 acc0[R][O], acc1[R][O];  // blocks 0 and 1 (one 3-d array was kept in memory)
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < O; ++j) acc0[r][j] = acc1[r][j] = _mm256_setzero_ps();
+  for (int64_t k0 = 0; k0 < K32; k0 += 32) {
+    prefetch_tile_bf16<T, R, O>(c, k0);
+    __m256i x0[R], x1[R];
+    for (int r = 0; r < R; ++r) {
+      x0[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xw + r * K + k0));
+      x1[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xw + r * K + k0 + 16));
+    }
+    // Each output's blocks are used as soon as decoded: 2 registers live, not 2 * O (with all
+    // decoded first the accumulators spilled).
+    for (int j = 0; j < O; ++j) {
+      __m256i lo, hi;
+      c[j].decode_halves(k0, lo, hi);
+      for (int r = 0; r < R; ++r) {
+        acc0[r][j] = _mm256_dpbf16_ps(acc0[r][j], (__m256bh)lo, (__m256bh)x0[r]);
+        acc1[r][j] = _mm256_dpbf16_ps(acc1[r][j], (__m256bh)hi, (__m256bh)x1[r]);
+      }
+    }
+  }
+  alignas(64) float halves[R][O][2][8], lanes[R][O][16];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < O; ++j) {
+      _mm256_store_ps(halves[r][j][0], acc0[r][j]);
+      _mm256_store_ps(halves[r][j][1], acc1[r][j]);
+      for (int l = 0; l < 16; ++l)
+        lanes[r][j][l] = halves[r][j][(l >> 1) & 1][2 * (l >> 2) + (l & 1)];
+    }
+  finish_tile_bf16<T, R, O>(w, xt, y, ys, o, lanes);
+}
+
+template <class T, int R>
+inline void rows_bf16_y(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
+                        int64_t ys, int64_t o_begin, int64_t o_end) {
+  constexpr int O = 4;
+  int64_t o = o_begin;
+  for (; o + O <= o_end; o += O) tile_bf16_y<T, R, O>(w, xw, xt, y, ys, o);
+  for (; o < o_end; ++o) tile_bf16_y<T, R, 1>(w, xw, xt, y, ys, o);
+}
+
+// x~ of one row as bf16 in k order (VCVTNE2PS2BF16, nearest even; what it would flush as
+// subnormal is below 2^-100 and zeroed first), then the tail [K32, K) as f32 in k order.
+inline void round_row_bf16_kord(const float* x, int64_t K, uint16_t* words, float* tail) {
+  const __m512 tiny = _mm512_set1_ps(0x1p-100f);
+  const int64_t K32 = K - K % 32;
+  for (int64_t k0 = 0; k0 < K32; k0 += 32) {
+    __m512 a = _mm512_loadu_ps(x + k0), b = _mm512_loadu_ps(x + k0 + 16);
+    a = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(a), tiny, _CMP_NLT_UQ), a);
+    b = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(b), tiny, _CMP_NLT_UQ), b);
+    _mm512_storeu_si512(words + k0, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+  }
+  for (int64_t k = K32; k < K; ++k) tail[k - K32] = round_activation_bf16(x[k]);
+}
+
+// Passes of up to `halves_rows` rows (0 = none; T then needs no decode_halves) take
+// tile_bf16_y over rows in k order, the others tile_bf16_z over rows in T::round_row's order.
+template <class T, int64_t HalvesRows = 0>
 void range_bf16_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
                   int64_t ys, int64_t o_begin, int64_t o_end) {
+  static_assert(HalvesRows >= 0 && HalvesRows <= 2);
   if (n_rows <= 0 || o_begin >= o_end) return;
   const int64_t K = w.cols, K32 = K - K % 32;
   std::vector<uint16_t> xw(size_t(std::max<int64_t>(1, n_rows * K)));
   std::vector<float> xt(size_t(std::max<int64_t>(1, n_rows * (K - K32))));
+  if constexpr (HalvesRows > 0)
+    if (n_rows <= HalvesRows) {
+      for (int64_t r = 0; r < n_rows; ++r)
+        round_row_bf16_kord(x + r * xs, K, xw.data() + r * K, xt.data() + r * (K - K32));
+      const auto rows = [&]<int R>() {
+        rows_bf16_y<T, R>(w, xw.data(), xt.data(), y, ys, o_begin, o_end);
+      };
+      return n_rows == 1 ? rows.template operator()<1>() : rows.template operator()<2>();
+    }
   for (int64_t r = 0; r < n_rows; ++r)
     T::round_row(x + r * xs, K, xw.data() + r * K, xt.data() + r * (K - K32));
   const int64_t group = T::group(n_rows, K);

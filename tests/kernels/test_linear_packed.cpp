@@ -583,6 +583,35 @@ TEST(LinearBf16, ReferenceFollowsTheStatedOrder) {
   EXPECT_EQ(compared, 2 * (37 + 20 + 9 + 5) * (1 + 3 + 6));
 }
 
+// Both AVX512_BF16 NVFP4 kernels, whichever this CPU selects (cpu_splits_512bit_ops): the 512-bit
+// tiles and the one-scale-block-per-ymm tiles of 1-2-row passes, bitwise the reference at 1-5
+// rows over output ranges that split the 4- and 8-output tiles.
+TEST(LinearBf16, BothNvfp4Avx512KernelsEqualTheReference) {
+  if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16 here";
+  int compared = 0;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 96}, {9, 2688}, {64, 1856}}) {
+    const auto m = make_bf16(WeightFormat::NVFP4, rows, cols, uint32_t(rows * 17 + cols));
+    for (int64_t n = 1; n <= 5; ++n) {
+      const int64_t xs = cols + 1, ys = rows + 2;
+      const auto x = rand_x(n, xs, uint32_t(n * 29 + cols));
+      std::vector<float> ref(static_cast<size_t>(n * ys), -1.0f);
+      detail::range_nvfp4_bf16_ref(m->w, x.data(), n, xs, ref.data(), ys, 0, rows);
+      for (auto kernel :
+           {detail::range_nvfp4_bf16_avx512, detail::range_nvfp4_bf16_avx512_halves}) {
+        std::vector<float> y(static_cast<size_t>(n * ys), -1.0f);
+        for (int64_t b = 0; b < rows;) {
+          const int64_t e = std::min(rows, b + 1 + (b * 7) % 11);
+          kernel(m->w, x.data(), n, xs, y.data(), ys, b, e);
+          b = e;
+        }
+        ++compared;
+        EXPECT_TRUE(bitwise_equal(ref, y)) << m->name << " rows=" << n;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 3 * 5 * 2);
+}
+
 TEST(LinearBf16, EveryIsaEqualsTheReferenceAtEveryWidthThreadAndRange) {
   IsaGuard guard;
   int compared = 0;
