@@ -274,9 +274,10 @@ inline void lay_row_bf16_pairs(const float* x, int64_t K, float* out) {
 // rather than the same lines row by row. On Zen 4 one core read the row-by-row pattern (8 rows of
 // 1344 bytes, a line of each per step) at 10-12 GB/s and the sequential one at 21-25
 // (tools/bench/probe_streams.cpp modes 1 and 2); docs/PERFORMANCE.md has the kernels' gains.
-// Lines [step * N, step * N + N) of the region at p (64 bytes each) into L1. The instruction is
-// written as volatile asm: GCC 12 deletes calls of helpers whose body is only _mm_prefetch (it
-// takes them for functions without side effects), and loops made only of them.
+//
+// prefetch_lines: lines [step * N, step * N + N) of the region at p (64 bytes each) into L1. The
+// instruction is written as volatile asm: GCC 12 deletes calls of helpers whose body is only
+// _mm_prefetch (it takes them for functions without side effects), and loops made only of them.
 inline void prefetch_t0(const char* p) {
   asm volatile("prefetcht0 %0" : : "m"(*p));
 }
