@@ -312,6 +312,11 @@ inline __m256i decode16_bf16(const uint8_t* codes, uint8_t scale) {
 struct Nvfp4Bf16Z {
   using Ref = Nvfp4Ref;
   static constexpr int64_t kPrefetchK = 128;  // a cache line of codes
+  // Zen 4, 1 thread, best of 5-6 alternating runs on a busy host (docs/PERFORMANCE.md): one row,
+  // the next tile into L1 (into L2: 1.0-1.1x slower); 2-8 rows, the next tile into L2 1.18-1.48x
+  // faster than no prefetch (lm_head 4 rows 46.7 -> 34.9 ms), row by row 1.04-1.17x slower.
+  static constexpr auto kPrefetchOneRow = packed::TilePrefetch::kNextTile;
+  static constexpr auto kPrefetchRows = packed::TilePrefetch::kNextTileL2;
   struct Cursor {
     const uint8_t* codes;
     const uint8_t* scales;
@@ -327,14 +332,14 @@ struct Nvfp4Bf16Z {
       hi = decode16_bf16(codes + k0 / 2 + 8, scales[k0 / 16 + 1]);
     }
     void prefetch(int64_t k0, int64_t ahead) const {
-      _mm_prefetch(reinterpret_cast<const char*>(codes + ahead * row_bytes + k0 / 2), _MM_HINT_T0);
+      packed::prefetch_t0(reinterpret_cast<const char*>(codes + ahead * row_bytes + k0 / 2));
     }
     // The next O rows' codes, O lines per step, and their scales (an eighth of the bytes), one
     // line per step (past them for O < 8: harmless).
-    template <int O>
+    template <int O, bool L2>
     void prefetch_next_tile(int64_t step) const {
-      packed::prefetch_lines<O>(codes + O * row_bytes, step);
-      packed::prefetch_lines<1>(scales + O * (row_bytes / 8), step);
+      packed::prefetch_lines<O, L2>(codes + O * row_bytes, step);
+      packed::prefetch_lines<1, L2>(scales + O * (row_bytes / 8), step);
     }
   };
   static void round_row(const float* x, int64_t K, uint16_t* words, float* tail) {

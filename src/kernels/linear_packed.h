@@ -275,16 +275,20 @@ inline void lay_row_bf16_pairs(const float* x, int64_t K, float* out) {
 // 1344 bytes, a line of each per step) at 10-12 GB/s and the sequential one at 21-25
 // (tools/bench/probe_streams.cpp modes 1 and 2); docs/PERFORMANCE.md has the kernels' gains.
 //
-// prefetch_lines: lines [step * N, step * N + N) of the region at p (64 bytes each) into L1. The
-// instruction is written as volatile asm: GCC 12 deletes calls of helpers whose body is only
-// _mm_prefetch (it takes them for functions without side effects), and loops made only of them.
+// prefetch_lines: lines [step * N, step * N + N) of the region at p (64 bytes each) into L1 (into
+// L2 with L2 = true). The instruction is written as volatile asm: GCC 12 deletes calls of helpers
+// whose body is only _mm_prefetch (it takes them for functions without side effects), and loops
+// made only of them.
 inline void prefetch_t0(const char* p) {
   asm volatile("prefetcht0 %0" : : "m"(*p));
 }
-template <int N>
+inline void prefetch_t1(const char* p) {
+  asm volatile("prefetcht1 %0" : : "m"(*p));
+}
+template <int N, bool L2 = false>
 inline void prefetch_lines(const void* p, int64_t step) {
   const char* base = static_cast<const char*>(p) + step * N * 64;
-  for (int i = 0; i < N; ++i) prefetch_t0(base + 64 * i);
+  for (int i = 0; i < N; ++i) L2 ? prefetch_t1(base + 64 * i) : prefetch_t0(base + 64 * i);
 }
 
 // Outputs per block when several row groups sweep the same weights: ~64 KB of packed
@@ -484,22 +488,29 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
 // T::round_row(x, K, words, tail) prepares a row: its K32 chunks as bf16 words in the decoder's
 // order (stride K), its tail [K32, K) as f32 (stride K - K32). T::Cursor walks one output row:
 // init(w, o), decode(k0) = the chunk's 32 weights as bf16 words in that order, prefetch(k0, ahead)
-// every T::kPrefetchK weights (a line of one row's codes), or in one-row tiles, where the cursor
-// has it, prefetch_next_tile<O>(step) on the tile's first row: step's share of the next O rows.
-// T::Ref is the format's scalar decoder (tails and post).
+// = a line of one row's codes, prefetch_next_tile<O, L2>(step) on the tile's first row = step's
+// share of the next O rows (into L2 if L2), one of them every T::kPrefetchK weights as
+// prefetch_tile_bf16 chooses. T::Ref is the format's scalar decoder (tails and post).
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c")
 
-// A tile's prefetch every T::kPrefetchK weights: the next O rows, as one sequential run in one-row
-// tiles where the cursor can (as tile_z: 4- and 8-row NVFP4 passes ran 1.35x and 1.7x slower with
-// it), else row by row.
+// A tile's prefetch every T::kPrefetchK weights, of the next O rows: T::kPrefetchOneRow in one-row
+// tiles, T::kPrefetchRows in the others (the formats' files say what each measured). Every kind
+// goes through prefetch_t0/t1: until 2026-12-03 GCC 12 had deleted the NVFP4 cursor's
+// _mm_prefetch from every tile of 2+ rows, so those passes ran with no prefetch at all.
+enum class TilePrefetch {
+  kRows,        // row by row into L1 (c[j].prefetch(k0, O))
+  kNextTile,    // the next tile as one sequential run into L1 (prefetch_next_tile<O, false>)
+  kNextTileL2,  // the same into L2 (prefetch_next_tile<O, true>): it leaves L1 to the activations
+};
 template <class T, int R, int O>
 inline void prefetch_tile_bf16(const typename T::Cursor (&c)[O], int64_t k0) {
   if ((k0 & (T::kPrefetchK - 1)) != 0) return;
-  if constexpr (R == 1 && requires { c[0].template prefetch_next_tile<O>(k0); })
-    c[0].template prefetch_next_tile<O>(k0 / T::kPrefetchK);
-  else
+  constexpr TilePrefetch how = R == 1 ? T::kPrefetchOneRow : T::kPrefetchRows;
+  if constexpr (how == TilePrefetch::kRows)
     for (int j = 0; j < O; ++j) c[j].prefetch(k0, O);
+  else
+    c[0].template prefetch_next_tile<O, how == TilePrefetch::kNextTileL2>(k0 / T::kPrefetchK);
 }
 
 // The end of a tile: each (r, j) from its 16 lanes (in tile_bf16_z's order) and its tail, as the
