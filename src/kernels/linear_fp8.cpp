@@ -194,8 +194,9 @@ inline __m512i decode32_fp8_bf16(const uint8_t* p) {
 struct Fp8Bf16Z {
   using Ref = Fp8Ref;
   static constexpr int64_t kPrefetchK = 64;  // a cache line of codes
-  // Zen 4, 1 thread (docs/PERFORMANCE.md): one row, the next tile into L2 1.25-1.3x faster than
-  // row by row into L1 (in_proj 1.35-1.41 -> 1.07-1.10 ms); 4 rows, every kind the same.
+  // Zen 4, 1 thread, a busy host (docs/PERFORMANCE.md): one row, the next tile into L2 ran 1.25x
+  // faster than rows into L1 in one loop (in_proj 1.35-1.41 -> 1.07-1.10 ms), the same in another
+  // (1.58 vs 1.63 ms); 4 rows, every kind the same (none: 1.45x slower).
   static constexpr auto kPrefetchOneRow = packed::TilePrefetch::kNextTileL2;
   static constexpr auto kPrefetchRows = packed::TilePrefetch::kRows;
   struct Cursor {

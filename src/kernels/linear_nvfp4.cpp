@@ -312,9 +312,10 @@ inline __m256i decode16_bf16(const uint8_t* codes, uint8_t scale) {
 struct Nvfp4Bf16Z {
   using Ref = Nvfp4Ref;
   static constexpr int64_t kPrefetchK = 128;  // a cache line of codes
-  // Zen 4, 1 thread, best of 5-6 alternating runs on a busy host (docs/PERFORMANCE.md): one row,
-  // the next tile into L1 (into L2: 1.0-1.1x slower); 2-8 rows, the next tile into L2 1.18-1.48x
-  // faster than no prefetch (lm_head 4 rows 46.7 -> 34.9 ms), row by row 1.04-1.17x slower.
+  // Zen 4, 1 thread, best of five alternating runs on a busy host (docs/PERFORMANCE.md): one row,
+  // the next tile into L1 (into L2: 1.0-1.1x slower); 2-8 rows, any prefetch 1.2-1.5x faster than
+  // none, rows into L1 and the next tile into L2 within noise (lm_head 4 rows 35.3 / 25.2 / 25.6
+  // ms); L2 leaves L1 to the rows' activations.
   static constexpr auto kPrefetchOneRow = packed::TilePrefetch::kNextTile;
   static constexpr auto kPrefetchRows = packed::TilePrefetch::kNextTileL2;
   struct Cursor {

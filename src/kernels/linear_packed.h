@@ -499,8 +499,8 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
 
 // A tile's prefetch every T::kPrefetchK weights, of the next O rows: T::kPrefetchOneRow in one-row
 // tiles, T::kPrefetchRows in the others (the formats' files say what each measured). Every kind
-// goes through prefetch_t0/t1: until 2026-12-03 GCC 12 had deleted the NVFP4 cursor's
-// _mm_prefetch from every tile of 2+ rows, so those passes ran with no prefetch at all.
+// goes through prefetch_t0/t1: GCC 12 drops a cursor's _mm_prefetch depending on the code around
+// it (at 7194cbb from the 2-row remainder tile; in an experimental build from every 2+-row tile).
 enum class TilePrefetch {
   kRows,        // row by row into L1 (c[j].prefetch(k0, O))
   kNextTile,    // the next tile as one sequential run into L1 (prefetch_next_tile<O, false>)

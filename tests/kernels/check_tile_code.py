@@ -2,11 +2,12 @@
 """The packed tile functions of the kernels library: prefetches present, accumulators in registers.
 
 Prefetches are hints with no effect on results, so no numeric test notices when the compiler drops
-one, and GCC 12 did twice: it took helper functions and loops made only of _mm_prefetch for dead
-code (the one-row tiles until f189b75, the NVFP4 bf16 tiles of 2+ rows until 2026-12-03). And
-written as asm with a memory operand ("m"(*p) of a char), a prefetch made GCC store every
-accumulator of a tile to the stack before it, each step (the asm might read them): 16 stores per
-step in a 4x4 tile, 1.4-1.8x slower 4- and 8-row passes. This reads the object code and fails when
+one, and GCC 12 does, depending on the code around it: it takes helper functions and loops made
+only of _mm_prefetch for dead code (the one-row tiles before f189b75, the 2-row remainder tile at
+7194cbb, every NVFP4 bf16 tile of 2+ rows in one experimental build). And written as asm with a
+memory operand ("m"(*p) of a char), a prefetch made GCC store every accumulator of a tile to the
+stack before it, each step (the asm might read them): 16 stores per step in a 4x4 tile, 4- and
+8-row passes 1.5x and 1.8x slower (e2bf584 against 66eeb7b). This reads the object code and fails when
 an instantiated tile (packed::tile_z / tile_bf16_z / tile_bf16_y) has no PREFETCH instruction,
 when its main loop (the conditional back edge over the most packed dot products / FMAs) stores
 more than 2 vector registers to the stack, or when fewer tiles than expected are found (inlined
