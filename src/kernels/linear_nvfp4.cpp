@@ -332,9 +332,6 @@ struct Nvfp4Bf16Z {
       lo = decode16_bf16(codes + k0 / 2, scales[k0 / 16]);
       hi = decode16_bf16(codes + k0 / 2 + 8, scales[k0 / 16 + 1]);
     }
-    void prefetch(int64_t k0, int64_t ahead) const {
-      packed::prefetch_t0(reinterpret_cast<const char*>(codes + ahead * row_bytes + k0 / 2));
-    }
     // The next O rows' codes, O lines per step, and their scales (an eighth of the bytes), one
     // line per step (past them for O < 8: harmless).
     template <int O, bool L2>

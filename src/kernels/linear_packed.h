@@ -355,8 +355,8 @@ inline void tile_z(const PackedWeight& w, const float* x, int64_t xs, float* y, 
     for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
   for (int64_t k = 0; k < K16; k += 16) {
     if ((k & 63) == 0) {
-      // One row only: 2- and 4-row passes ran 1.15x and 1.8x slower with it (Zen 4; their
-      // activations, 21-43 KB at K = 2688, share L1 with the next tile fetched early).
+      // One row only: 2- and 4-row passes ran 1.15x and 1.8x slower with it (Zen 4), but measured
+      // while the prefetch asm also spilled the accumulators (docs/PERFORMANCE.md): to rerun.
       if constexpr (R == 1 && O > 1 && requires { d[0].template prefetch_next_tile<O>(k); })
         d[0].template prefetch_next_tile<O>(k / 64);
       else
@@ -490,10 +490,11 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
 // order) ----
 // T::round_row(x, K, words, tail) prepares a row: its K32 chunks as bf16 words in the decoder's
 // order (stride K), its tail [K32, K) as f32 (stride K - K32). T::Cursor walks one output row:
-// init(w, o), decode(k0) = the chunk's 32 weights as bf16 words in that order, prefetch(k0, ahead)
-// = a line of one row's codes, prefetch_next_tile<O, L2>(step) on the tile's first row = step's
-// share of the next O rows (into L2 if L2), one of them every T::kPrefetchK weights as
-// prefetch_tile_bf16 chooses. T::Ref is the format's scalar decoder (tails and post).
+// init(w, o), decode(k0) = the chunk's 32 weights as bf16 words in that order, and what its
+// prefetch kinds need (prefetch_tile_bf16): prefetch(k0, ahead) = a line of one row's codes
+// (kRows), prefetch_next_tile<O, L2>(step) on the tile's first row = step's share of the next O
+// rows (into L2 if L2), one of them every T::kPrefetchK weights. T::Ref is the format's scalar
+// decoder (tails and post).
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c")
 
