@@ -434,6 +434,11 @@ void Server::Impl::routes() {
     tracks[&q].start = now_seconds();
     return httplib::Server::HandlerResponse::Unhandled;
   });
+  // Counted just before the response is written (httplib calls the logger only after the last
+  // byte): a client that scrapes /metrics right after its response sees its own request counted.
+  http.set_post_routing_handler([this](const httplib::Request& q, httplib::Response& r) {
+    metrics.http_request(route_label(q.path), r.status);
+  });
   http.set_logger([this](const httplib::Request& q, const httplib::Response& r) {
     Track t;
     {
@@ -443,7 +448,6 @@ void Server::Impl::routes() {
         tracks.erase(it);
       }
     }
-    metrics.http_request(route_label(q.path), r.status);
     std::string line = fmt::format("access method={} path=\"{}\" status={} ms={:.1f} remote={}", q.method,
                                    route_label(q.path), r.status, t.start > 0 ? (now_seconds() - t.start) * 1e3 : 0.0,
                                    q.remote_addr);
