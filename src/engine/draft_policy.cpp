@@ -13,7 +13,7 @@ DraftPolicy::DraftPolicy(int cap) : cap_(cap), t_(size_t(std::max(cap, 0)) + 1, 
 void DraftPolicy::observe(int k, double seconds) {
   if (k < 0 || k > cap_ || !(seconds > 0)) return;  // a clock that did not move says nothing
   double& t = t_[size_t(k)];
-  t = t == 0 ? seconds : (1 - kSmoothing) * t + kSmoothing * seconds;
+  t = t == 0 || seconds < t ? seconds : (1 - kSmoothing) * t + kSmoothing * seconds;
 }
 
 double DraftPolicy::round_seconds(int k) const {
@@ -41,8 +41,13 @@ int DraftPolicy::next(std::span<const int64_t> proposed_at, std::span<const int6
   }
   if (best > 0) {
     plain_run_ = 0, probe_every_ = kProbeEvery;
+    if (++draft_run_ > plain_probe_every_) {
+      draft_run_ = 0, plain_probe_every_ = std::min(2 * plain_probe_every_, kProbeMax);
+      return 0;
+    }
     return best;
   }
+  draft_run_ = 0, plain_probe_every_ = kProbeEvery;
   if (++plain_run_ > probe_every_) {
     plain_run_ = 0, probe_every_ = std::min(2 * probe_every_, kProbeMax);
     return cap_;

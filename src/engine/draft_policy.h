@@ -7,8 +7,12 @@
 // Speculation that does not pay on this machine and this text backs off to plain steps instead
 // of slowing generation down; a round at the cap after kProbeEvery plain rounds keeps the
 // acceptance and cost figures current, the interval doubling (up to kProbeMax) while plain
-// steps keep winning. Any k gives the same greedy output, so the choice only
-// changes speed; Generator uses it for greedy requests whose rounds it times alone (step()).
+// steps keep winning, and likewise a plain step after kProbeEvery drafting rounds keeps T(0)
+// current. A round faster than its estimate replaces it (a busy machine only ever adds time), a
+// slower one moves it by kSmoothing: one plain step slowed by a neighbour had made drafting look
+// cheaper than plain steps for a whole request (the README's tiny model on a noisy host: 0.52-0.55x
+// plain in some runs, 0.83-0.85x in others). Any k gives the same greedy output, so the choice
+// only changes speed; Generator uses it for greedy requests whose rounds it times alone (step()).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -18,8 +22,8 @@ namespace nemo::engine {
 
 class DraftPolicy {
  public:
-  static constexpr int kProbeEvery = 16, kProbeMax = 128;  // plain rounds between probes
-  static constexpr double kSmoothing = 0.25;               // weight of a new round time in T(k)
+  static constexpr int kProbeEvery = 16, kProbeMax = 128;  // rounds between probes
+  static constexpr double kSmoothing = 0.25;  // weight of a slower round's time in T(k)
 
   explicit DraftPolicy(int cap);
 
@@ -37,8 +41,10 @@ class DraftPolicy {
  private:
   int cap_;
   std::vector<double> t_;  // smoothed seconds per round by draft count; 0 = not timed yet
-  int plain_run_ = 0;      // plain rounds chosen since the last probe
+  int plain_run_ = 0;      // plain rounds chosen since the last probe at the cap
   int probe_every_ = kProbeEvery;
+  int draft_run_ = 0;  // drafting rounds chosen since the last plain probe
+  int plain_probe_every_ = kProbeEvery;
 };
 
 }  // namespace nemo::engine
