@@ -102,7 +102,7 @@ bool cpu_splits_512bit_ops() {
 
 const char* bf16_kernel_name(Isa isa) {
   if (isa >= Isa::Avx512 && bf16_kernel_verified())
-    return cpu_splits_512bit_ops() ? "avx512_bf16 (NVFP4 1-2 rows in 256-bit blocks)"
+    return cpu_splits_512bit_ops() ? "avx512_bf16 (NVFP4 1-3 rows in 256-bit blocks)"
                                    : "avx512_bf16";
   return isa >= Isa::Avx2 ? "avx2" : "reference";
 }
@@ -113,7 +113,8 @@ Isa detected_isa() {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx2") &&
-        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+        __builtin_cpu_supports("bmi2"))
       return Isa::Avx512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
         __builtin_cpu_supports("f16c"))
@@ -235,9 +236,9 @@ RangeFn select_range_fn(WeightFormat f, Isa isa) {
              : isa >= Isa::Avx2 ? range_dense_avx2
                                 : range_dense_ref;
     case WeightFormat::NVFP4:
-      return isa >= Isa::Avx512 ? range_nvfp4_avx512
-             : isa >= Isa::Avx2 ? range_nvfp4_avx2
-                                : range_nvfp4_ref;
+      if (isa >= Isa::Avx512)
+        return cpu_splits_512bit_ops() ? range_nvfp4_avx512_table : range_nvfp4_avx512;
+      return isa >= Isa::Avx2 ? range_nvfp4_avx2 : range_nvfp4_ref;
     case WeightFormat::FP8_E4M3:
       return isa >= Isa::Avx512 ? range_fp8_avx512
              : isa >= Isa::Avx2 ? range_fp8_avx2

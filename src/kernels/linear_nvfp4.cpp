@@ -129,6 +129,9 @@ struct Nvfp4Avx2 : Nvfp4Ref {
 // 2j+1: bit offsets 8j and 8j+4); VPERMPS reads only those low 4 bits as a table index, giving
 // the weights directly in canonical order. The table is the block's row of kProducts, so
 // no multiply is left: the kernel weight E2M1 * E4M3 is exact, the same value either way.
+// MulFewRows: tiles of 1-2 rows decode with decode16z_1 (measured faster on Zen 5); without it
+// (where 512-bit operations are split, Zen 4) every tile reads the product table.
+template <bool MulFewRows>
 struct Nvfp4Avx512 : Nvfp4Ref {
   // Decoding once to f32 pays from ~16 rows (microbench, Zen 5, 1-2 threads: 8-12 rows run
   // 10-30 % faster swept, 64 rows 25 % faster wide).
@@ -138,7 +141,9 @@ struct Nvfp4Avx512 : Nvfp4Ref {
     if ((k & 1023) == 0)
       _mm_prefetch(reinterpret_cast<const char*>(rs + ahead * (K / 16) + (k >> 4)), _MM_HINT_T0);
   }
-  // 64 k of O rows: O / 2 lines of codes, and every 4 steps O / 4 lines of scales.
+  // 64 k of O rows: O / 2 lines of codes, and every 4 steps O / 4 lines of scales. Every tile of
+  // 1-4 rows (kNextTileRows; docs/PERFORMANCE.md).
+  static constexpr int kNextTileRows = 4;
   template <int O>
   void prefetch_next_tile(int64_t step) const {
     static_assert(O % 4 == 0);
@@ -161,8 +166,10 @@ struct Nvfp4Avx512 : Nvfp4Ref {
                                        _mm512_load_ps(kProducts.data() + 16 * rs[k >> 4]));
   }
   // Tiles of 1-2 rows: E2M1 from a register table times the broadcast scale measured faster there
-  // (lm_head 1 row 11.4 vs 13.2 ms, 2 rows 14.3 vs 15.7); the product is the same exact value.
-  __m512 decode16z_1(int64_t k) const {
+  // (lm_head 1 row 11.4 vs 13.2 ms, 2 rows 14.3 vs 15.7); the product is the same exact value. On
+  // Zen 4 the multiply's extra 512-bit operation costs more than the table row's load: lm_head 1 /
+  // 2 rows 20.6 / 28.0 ms with it, 16.3 / 23.3 without (1 thread, best of five alternating).
+  __m512 decode16z_1(int64_t k) const requires MulFewRows {
     const __m512 e2m1 = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,  //
                                        0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
     return _mm512_mul_ps(_mm512_maskz_permutexvar_ps(0xFFFF, codes(rd + (k >> 1)), e2m1),
@@ -176,7 +183,13 @@ struct Nvfp4Avx512 : Nvfp4Ref {
 
 void range_nvfp4_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                         float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  packed::range_avx512<Nvfp4Avx512>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  packed::range_avx512<Nvfp4Avx512<true>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+}
+
+void range_nvfp4_avx512_table(const PackedWeight& w, const float* x, int64_t n_rows,
+                              int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
+                              int64_t o_end) {
+  packed::range_avx512<Nvfp4Avx512<false>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 void range_nvfp4_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
@@ -242,7 +255,7 @@ void range_nvfp4_bf16_ref(const PackedWeight& w, const float* x, int64_t n_rows,
 }
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c,bmi2")
 
 namespace {
 
@@ -294,15 +307,18 @@ inline void round_row_bf16_avx512(const float* x, int64_t K, uint16_t* words, fl
 // One scale block's 16 weights as bf16 in k order, for tile_bf16_y: the 8 code bytes broadcast
 // to every qword, VPMULTISHIFTQB puts nibble 4j + i in the low byte of word i of qword j, and
 // VPERMW (which reads 4 index bits at this width) looks it up in the block's product row.
-inline __m256i decode16_bf16(const uint8_t* codes, uint8_t scale) {
+inline __m256i decode16_bf16_row(const uint8_t* codes, const char* row) {
   const __m256i ctrl = _mm256_set_epi64x(0x003C003800340030, 0x002C002800240020, 0x001C001800140010,
                                          0x000C000800040000);
   int64_t q;
   std::memcpy(&q, codes, 8);
   return _mm256_permutexvar_epi16(
       _mm256_maskz_multishift_epi64_epi8(~__mmask32(0), ctrl, _mm256_set1_epi64x(q)),
-      _mm256_load_si256(
-          reinterpret_cast<const __m256i*>(kProductsBf16.data() + 16 * size_t(scale))));
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(row)));
+}
+inline __m256i decode16_bf16(const uint8_t* codes, uint8_t scale) {
+  return decode16_bf16_row(
+      codes, reinterpret_cast<const char*>(kProductsBf16.data() + 16 * size_t(scale)));
 }
 
 // Up to 8 rows: one pass (one decode feeds every row, so a 5-8-row pass decodes each weight
@@ -328,9 +344,27 @@ struct Nvfp4Bf16Z {
       scales = static_cast<const uint8_t*>(w.scales) + o * (w.cols / 16);
     }
     __m512i decode(int64_t k0) const { return decode32_bf16(codes + k0 / 2, scales + k0 / 16); }
-    void decode_halves(int64_t k0, __m256i& lo, __m256i& hi) const {
-      lo = decode16_bf16(codes + k0 / 2, scales[k0 / 16]);
-      hi = decode16_bf16(codes + k0 / 2 + 8, scales[k0 / 16 + 1]);
+    // The scale bytes of the 8 blocks from k0 (an unrolled step of 128 weights) in one load; the
+    // overload below takes block b's product row at byte offset 32 * byte b, two BMI2 instructions
+    // (RORX, AND) instead of a byte load and a shift.
+    uint64_t scale_word(int64_t k0) const {
+      uint64_t v;
+      std::memcpy(&v, scales + k0 / 16, 8);
+      return v;
+    }
+    static const char* row(uint64_t sw, int b) {
+      return reinterpret_cast<const char*>(kProductsBf16.data()) +
+             (std::rotr(sw, 8 * b - 5) & 0x1FE0);
+    }
+    void decode_halves(int64_t k0, int dk, uint64_t sw, __m256i& lo, __m256i& hi) const {
+      lo = decode16_bf16_row(codes + k0 / 2 + dk / 2, row(sw, dk / 16));
+      hi = decode16_bf16_row(codes + k0 / 2 + dk / 2 + 8, row(sw, dk / 16 + 1));
+    }
+    // The chunk at k0 + dk (dk a multiple of 32 known at compile time: one k0 / 2 and k0 / 16 for
+    // all of an unrolled step's chunks, each at a constant displacement).
+    void decode_halves(int64_t k0, int dk, __m256i& lo, __m256i& hi) const {
+      lo = decode16_bf16(codes + k0 / 2 + dk / 2, scales[k0 / 16 + dk / 16]);
+      hi = decode16_bf16(codes + k0 / 2 + dk / 2 + 8, scales[k0 / 16 + dk / 16 + 1]);
     }
     // The next O rows' codes, O lines per step, and their scales (an eighth of the bytes), one
     // line per step (past them for O < 8: harmless).
@@ -359,7 +393,7 @@ void range_nvfp4_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_ro
 void range_nvfp4_bf16_avx512_halves(const PackedWeight& w, const float* x, int64_t n_rows,
                                     int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
                                     int64_t o_end) {
-  packed::range_bf16_z<Nvfp4Bf16Z, 2>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  packed::range_bf16_z<Nvfp4Bf16Z, 3>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 #pragma GCC pop_options
@@ -395,6 +429,7 @@ inline void block_bf16_avx2(const uint8_t* codes, const float* scale_2m25, const
   const __m256 s = _mm256_broadcast_ss(scale_2m25);
   const __m256 w_odd = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, odd)), s);
   const __m256 w_even = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, even)), s);
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     acc[r] = _mm256_fmadd_ps(w_odd, _mm256_loadu_ps(xr[r] + off), acc[r]);
     acc[r] = _mm256_fmadd_ps(w_even, _mm256_loadu_ps(xr[r] + off + 8), acc[r]);
@@ -404,20 +439,25 @@ inline void block_bf16_avx2(const uint8_t* codes, const float* scale_2m25, const
 // R rows (laid out by packed::lay_row_bf16_pairs, stride K) x O outputs [o, o + O). Each chunk is
 // two dependent FMAs per accumulator, so 1-2 rows take two outputs to keep enough chains in flight.
 template <int R, int O>
-inline void tile_bf16_avx2(const PackedWeight& w, const float* xl, float* y, int64_t ys,
-                           int64_t o) {
+[[gnu::noinline]] void tile_bf16_avx2(const PackedWeight& w, const float* xl, float* y, int64_t ys,
+                                      int64_t o) {
   const int64_t K = w.cols, K32 = K - K % 32;
   Nvfp4Avx2 d[O];
+#pragma GCC unroll 16
   for (int j = 0; j < O; ++j) {
     d[j].init(w);
     d[j].row(o + j);
   }
   const float* xr[R];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) xr[r] = xl + r * K;
   __m256 a[O][R], b[O][R];
+#pragma GCC unroll 16
   for (int j = 0; j < O; ++j)
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) a[j][r] = b[j][r] = _mm256_setzero_ps();
   for (int64_t k0 = 0; k0 < K32; k0 += 32) {
+#pragma GCC unroll 16
     for (int j = 0; j < O; ++j) {
       if ((k0 & 127) == 0)
         _mm_prefetch(reinterpret_cast<const char*>(d[j].rd + O * (K / 2) + k0 / 2), _MM_HINT_T0);
@@ -427,12 +467,16 @@ inline void tile_bf16_avx2(const PackedWeight& w, const float* xl, float* y, int
     }
   }
   alignas(32) float by_byte[O][R][16];
+#pragma GCC unroll 16
   for (int j = 0; j < O; ++j)
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       _mm256_store_ps(by_byte[j][r], a[j][r]);
       _mm256_store_ps(by_byte[j][r] + 8, b[j][r]);
     }
+#pragma GCC unroll 16
   for (int j = 0; j < O; ++j)
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       float v[8];
       for (int l = 0; l < 8; ++l)

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "kernels/linear_impl.h"
@@ -282,16 +283,26 @@ inline void lay_row_bf16_pairs(const float* x, int64_t K, float* out) {
 // char, which may alias anything) GCC stored every accumulator of a tile to the stack before each
 // prefetch, 16 stores a step in a 4 x 4 tile (4- and 8-row passes 1.5x and 1.8x slower).
 // tests/kernels/check_tile_code.py checks both in the object code.
-inline void prefetch_t0(const char* p) {
-  asm volatile("prefetcht0 (%0)" : : "r"(p));
+// prefetch_line_at<I, L2>: line I after base. The N lines of prefetch_lines share one base
+// register, each at its own displacement (one instruction a line: with an address register per
+// line GCC spent three more computing each).
+template <int I, bool L2>
+inline void prefetch_line_at(const char* base) {
+  if constexpr (L2)
+    asm volatile("prefetcht1 %c1(%0)" : : "r"(base), "i"(64 * I));
+  else
+    asm volatile("prefetcht0 %c1(%0)" : : "r"(base), "i"(64 * I));
 }
-inline void prefetch_t1(const char* p) {
-  asm volatile("prefetcht1 (%0)" : : "r"(p));
+inline void prefetch_t0(const char* p) {
+  prefetch_line_at<0, false>(p);
 }
 template <int N, bool L2 = false>
 inline void prefetch_lines(const void* p, int64_t step) {
   const char* base = static_cast<const char*>(p) + step * N * 64;
-  for (int i = 0; i < N; ++i) L2 ? prefetch_t1(base + 64 * i) : prefetch_t0(base + 64 * i);
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    (prefetch_line_at<I, L2>(base), ...);
+  }
+  (std::make_integer_sequence<int, N>{});
 }
 
 // Outputs per block when several row groups sweep the same weights: ~64 KB of packed
@@ -310,11 +321,20 @@ inline int64_t swept_block_outputs(const PackedWeight& w) {
 //
 // AVX-512 decoders add: __m512 decode16z(int64_t k) const   // w'[k..k+15]
 //                       optional template <int O> prefetch_next_tile(int64_t step) const  // on
-//                           row o of a one-row tile of O > 1 outputs: step's share (k = 64 step)
-//                           of the next O rows, in place of prefetch(k, O) on each row
+//                           row o of a tile of O > 1 outputs and up to kNextTileRows rows: step's
+//                           share (k = 64 step) of the next O rows, in place of prefetch(k, O) on
+//                           each row
 //                       optional __m512 decode16z_1(int64_t k) const  // the same values, for
 //                           tiles of 1-2 rows where another instruction mix measured faster
 //                       static constexpr int64_t kWideRows  // rows from which range_wide_z runs
+//
+// Every tile is out of line ([[gnu::noinline]]) and every loop over its register arrays carries
+// #pragma GCC unroll. Without the pragma GCC 12 kept tile_bf16_y's accumulator arrays on the stack
+// as well as in registers and stored them every step (8 stores at 1 row, 16 at 2, from d434c22 to
+// the unroll fix: Zen 4 lm_head bf16 1.3x and 1.4x slower, 8-layer decode 1.14x at one thread);
+// the early unrolling lets it keep them in registers only. Out of line, each instantiation is a
+// function that tests/kernels/check_tile_code.py reads (tile_bf16_y, inlined into range_bf16_z,
+// escaped it).
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")
 
@@ -345,31 +365,43 @@ inline __m512 decode_z(const D& d, int64_t k) {
 // R rows x O outputs [o, o+O). Accumulators are a fixed-size array indexed by compile-time
 // constants after unrolling, so they live in registers (R*O <= 16 of the 32 zmm).
 template <class D, int R, int O>
-inline void tile_z(const PackedWeight& w, const float* x, int64_t xs, float* y, int64_t ys,
-                   int64_t o) {
+[[gnu::noinline]] void tile_z(const PackedWeight& w, const float* x, int64_t xs, float* y,
+                              int64_t ys, int64_t o) {
   const int64_t K = w.cols, K16 = K - K % 16;
   D d[O];
+#pragma GCC unroll 16
   for (int j = 0; j < O; ++j) d[j].init(w), d[j].row(o + j);
   __m512 acc[R][O];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
     for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
   for (int64_t k = 0; k < K16; k += 16) {
     if ((k & 63) == 0) {
-      // One row only: 2- and 4-row passes ran 1.15x and 1.8x slower with it (Zen 4), but measured
-      // while the prefetch asm also spilled the accumulators (docs/PERFORMANCE.md): to rerun.
-      if constexpr (R == 1 && O > 1 && requires { d[0].template prefetch_next_tile<O>(k); })
+      // The next tile as one sequential run where the decoder has it, in tiles of up to
+      // D::kNextTileRows rows (each decoder says what it measured).
+      if constexpr (O > 1 && requires {
+                      requires R <= D::kNextTileRows;
+                      d[0].template prefetch_next_tile<O>(k);
+                    })
         d[0].template prefetch_next_tile<O>(k / 64);
       else
+#pragma GCC unroll 16
         for (int j = 0; j < O; ++j) d[j].prefetch(k, O);
     }
     __m512 wv[O];
+#pragma GCC unroll 16
     for (int j = 0; j < O; ++j) wv[j] = decode_z<R>(d[j], k);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 xv = _mm512_loadu_ps(x + r * xs + k);
+#pragma GCC unroll 16
       for (int j = 0; j < O; ++j) acc[r][j] = _mm512_fmadd_ps(wv[j], xv, acc[r][j]);
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
     for (int j = 0; j < O; ++j) y[r * ys + o + j] = finish_z(d[j], acc[r][j], x + r * xs, K16, K);
 }
 
@@ -394,21 +426,28 @@ constexpr int64_t kWideOut = 16, kWideK = 256;
 
 // The chunk starting at k0 == 0 starts its accumulators at +0; later chunks resume them.
 template <int R>
-inline void tile_f32z(const float* wr, int64_t K, int64_t k0, int64_t k1, const float* x,
-                      int64_t xs, float* acc /* [R][4][16] */) {
+[[gnu::noinline]] void tile_f32z(const float* wr, int64_t K, int64_t k0, int64_t k1, const float* x,
+                                 int64_t xs, float* acc /* [R][4][16] */) {
   __m512 a[R][4];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
     for (int j = 0; j < 4; ++j)
       a[r][j] = k0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (r * 4 + j) * 16);
   for (int64_t k = k0; k < k1; k += 16) {
     __m512 wv[4];
+#pragma GCC unroll 16
     for (int j = 0; j < 4; ++j) wv[j] = _mm512_loadu_ps(wr + j * K + k);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 xv = _mm512_loadu_ps(x + r * xs + k);
+#pragma GCC unroll 16
       for (int j = 0; j < 4; ++j) a[r][j] = _mm512_fmadd_ps(wv[j], xv, a[r][j]);
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
     for (int j = 0; j < 4; ++j) _mm512_storeu_ps(acc + (r * 4 + j) * 16, a[r][j]);
 }
 
@@ -496,12 +535,13 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
 // rows (into L2 if L2), one of them every T::kPrefetchK weights. T::Ref is the format's scalar
 // decoder (tails and post).
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c,bmi2")
 
 // A tile's prefetch every T::kPrefetchK weights, of the next O rows: T::kPrefetchOneRow in one-row
 // tiles, T::kPrefetchRows in the others (the formats' files say what each measured). Every kind
-// goes through prefetch_t0/t1: GCC 12 drops a cursor's _mm_prefetch depending on the code around
-// it (at 7194cbb from the 2-row remainder tile; in an experimental build from every 2+-row tile).
+// goes through the asm helpers above (prefetch_t0, prefetch_lines): GCC 12 drops a cursor's
+// _mm_prefetch depending on the code around it (at 7194cbb from the 2-row remainder tile; in an
+// experimental build from every 2+-row tile).
 enum class TilePrefetch {
   kRows,        // row by row into L1 (c[j].prefetch(k0, O))
   kNextTile,    // the next tile as one sequential run into L1 (prefetch_next_tile<O, false>)
@@ -539,26 +579,34 @@ inline void finish_tile_bf16(const PackedWeight& w, const float* xt, float* y, i
 // `lanes` (indexing them in the finishing loop spilled them on every iteration of the main
 // loop).
 template <class T, int R, int O>
-inline void tile_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
-                        int64_t ys, int64_t o) {
+[[gnu::noinline]] void tile_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* xt,
+                                   float* y, int64_t ys, int64_t o) {
   const int64_t K = w.cols, K32 = K - K % 32;
   typename T::Cursor c[O];
+#pragma GCC unroll 16
   for (int j = 0; j < O; ++j) c[j].init(w, o + j);
   __m512 acc[R][O];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
     for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
   for (int64_t k0 = 0; k0 < K32; k0 += 32) {
     prefetch_tile_bf16<T, R, O>(c, k0);
     __m512i wv[O];
+#pragma GCC unroll 16
     for (int j = 0; j < O; ++j) wv[j] = c[j].decode(k0);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512i xv = _mm512_loadu_si512(xw + r * K + k0);
+#pragma GCC unroll 16
       for (int j = 0; j < O; ++j)
         acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)wv[j], (__m512bh)xv);
     }
   }
   alignas(64) float lanes[R][O][16];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
     for (int j = 0; j < O; ++j) _mm512_store_ps(lanes[r][j], acc[r][j]);
   finish_tile_bf16<T, R, O>(w, xt, y, ys, o, lanes);
 }
@@ -578,42 +626,77 @@ inline void rows_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* 
 }
 
 // The tile of tile_bf16_z for decoders whose chunk is two 16-weight scale blocks, one ymm each:
-// T::Cursor::decode_halves(k0, lo, hi) gives each block's weights as bf16 in k order, over
-// activations in k order. Lane m of block h's accumulator sums the weights of elements 16h + 2m
+// T::Cursor::decode_halves(k0, dk, lo, hi) gives each block's weights as bf16 in k order (or, with
+// sw = T::Cursor::scale_word(k0), decode_halves(k0, dk, sw, lo, hi)), over activations in k order.
+// Lane m of block h's accumulator sums the weights of elements 16h + 2m
 // (+ 1), as lane 4 * (m / 2) + 2h + m % 2 of tile_bf16_z does, in the same order, so the result
 // is the same bits. Where a 512-bit operation runs as two 256-bit halves (Zen 4) a block's
 // product row can be the permute's memory operand, with no merging of two rows into one zmm and no
-// VPTERNLOGD: 1-2-row NVFP4 passes ran 1.10-1.25x faster there (docs/PERFORMANCE.md). 4 outputs
-// per tile (8 at one row spilled accumulators and pointers and ran 0.9-1.0x).
+// VPTERNLOGD: 1-2-row NVFP4 passes ran 1.10-1.25x faster there, and with the step unrolling and
+// the scale words 3 rows too (64 x 2688 L2-resident 10.44 -> 8.23 us, 131072 x 2688 streamed
+// 24.1 -> 21.5 ms). Not 4 (11.90 -> 11.05 us L2-resident, but 26.4 -> 32.0 ms streamed;
+// docs/PERFORMANCE.md). 4 outputs per tile at 1-2 rows (8 at one row spilled accumulators and
+// pointers and ran 0.9-1.0x), 3 at 3 rows (2: 8.24 us).
 template <class T, int R, int O>
-inline void tile_bf16_y(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
-                        int64_t ys, int64_t o) {
+[[gnu::noinline]] void tile_bf16_y(const PackedWeight& w, const uint16_t* xw, const float* xt,
+                                   float* y, int64_t ys, int64_t o) {
   const int64_t K = w.cols, K32 = K - K % 32;
   typename T::Cursor c[O];
+#pragma GCC unroll 16
   for (int j = 0; j < O; ++j) c[j].init(w, o + j);
-  __m256 acc0[R][O], acc1[R][O];  // blocks 0 and 1 (one 3-d array was kept in memory)
+  __m256 acc0[R][O], acc1[R][O];  // blocks 0 and 1 (one 3-d array stayed in memory)
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
     for (int j = 0; j < O; ++j) acc0[r][j] = acc1[r][j] = _mm256_setzero_ps();
-  for (int64_t k0 = 0; k0 < K32; k0 += 32) {
-    prefetch_tile_bf16<T, R, O>(c, k0);
+  // The chunk at k0 + dk into the accumulators (same order at any unrolling), its scales from the
+  // step's scale words sw (one per output) or, without them, byte by byte.
+  const auto chunk = [&](int64_t k0, int dk, const uint64_t* sw) [[gnu::always_inline]] {
     __m256i x0[R], x1[R];
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      x0[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xw + r * K + k0));
-      x1[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xw + r * K + k0 + 16));
+      x0[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xw + r * K + k0 + dk));
+      x1[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xw + r * K + k0 + dk + 16));
     }
-    // Each output's blocks are used as soon as decoded: 2 registers live, not 2 * O (with all
-    // decoded first the accumulators spilled).
+#pragma GCC unroll 16
     for (int j = 0; j < O; ++j) {
+      // Each output's blocks are used as soon as decoded: 2 registers live, not 2 * O (with all
+      // decoded first the accumulators spilled).
       __m256i lo, hi;
-      c[j].decode_halves(k0, lo, hi);
+      if (sw)
+        c[j].decode_halves(k0, dk, sw[j], lo, hi);
+      else
+        c[j].decode_halves(k0, dk, lo, hi);
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         acc0[r][j] = _mm256_dpbf16_ps(acc0[r][j], (__m256bh)lo, (__m256bh)x0[r]);
         acc1[r][j] = _mm256_dpbf16_ps(acc1[r][j], (__m256bh)hi, (__m256bh)x1[r]);
       }
     }
+  };
+  // A prefetch step's chunks in one iteration: the loop's own instructions, the prefetch test and
+  // the scale-word loads once per T::kPrefetchK weights (128: 8 blocks, one 8-byte scale word per
+  // output). Zen 4, L2-resident 64 x 2688, 1 / 2 rows: 5.01 / 6.79 -> 4.64 / 6.33 us
+  // (docs/PERFORMANCE.md).
+  constexpr int U = int(T::kPrefetchK / 32);
+  static_assert(U == 4, "a step is one scale word: 8 blocks of 16");
+  int64_t k0 = 0;
+  for (; k0 + 32 * U <= K32; k0 += 32 * U) {
+    prefetch_tile_bf16<T, R, O>(c, k0);
+    uint64_t sw[O];
+#pragma GCC unroll 16
+    for (int j = 0; j < O; ++j) sw[j] = c[j].scale_word(k0);
+#pragma GCC unroll 16
+    for (int u = 0; u < U; ++u) chunk(k0, 32 * u, sw);
+  }
+  for (; k0 < K32; k0 += 32) {
+    prefetch_tile_bf16<T, R, O>(c, k0);
+    chunk(k0, 0, nullptr);
   }
   alignas(64) float halves[R][O][2][8], lanes[R][O][16];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
     for (int j = 0; j < O; ++j) {
       _mm256_store_ps(halves[r][j][0], acc0[r][j]);
       _mm256_store_ps(halves[r][j][1], acc1[r][j]);
@@ -626,7 +709,7 @@ inline void tile_bf16_y(const PackedWeight& w, const uint16_t* xw, const float* 
 template <class T, int R>
 inline void rows_bf16_y(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
                         int64_t ys, int64_t o_begin, int64_t o_end) {
-  constexpr int O = 4;
+  constexpr int O = R <= 2 ? 4 : 3;
   int64_t o = o_begin;
   for (; o + O <= o_end; o += O) tile_bf16_y<T, R, O>(w, xw, xt, y, ys, o);
   for (; o < o_end; ++o) tile_bf16_y<T, R, 1>(w, xw, xt, y, ys, o);
@@ -646,12 +729,12 @@ inline void round_row_bf16_kord(const float* x, int64_t K, uint16_t* words, floa
   for (int64_t k = K32; k < K; ++k) tail[k - K32] = round_activation_bf16(x[k]);
 }
 
-// Passes of up to `halves_rows` rows (0 = none; T then needs no decode_halves) take
-// tile_bf16_y over rows in k order, the others tile_bf16_z over rows in T::round_row's order.
+// Passes of up to HalvesRows (0 or 3) rows take tile_bf16_y over rows in k order (with 0, T needs
+// no decode_halves), the others tile_bf16_z over rows in T::round_row's order.
 template <class T, int64_t HalvesRows = 0>
 void range_bf16_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
                   int64_t ys, int64_t o_begin, int64_t o_end) {
-  static_assert(HalvesRows >= 0 && HalvesRows <= 2);
+  static_assert(HalvesRows == 0 || HalvesRows == 3);
   if (n_rows <= 0 || o_begin >= o_end) return;
   const int64_t K = w.cols, K32 = K - K % 32;
   std::vector<uint16_t> xw(size_t(std::max<int64_t>(1, n_rows * K)));
@@ -663,7 +746,9 @@ void range_bf16_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
       const auto rows = [&]<int R>() {
         rows_bf16_y<T, R>(w, xw.data(), xt.data(), y, ys, o_begin, o_end);
       };
-      return n_rows == 1 ? rows.template operator()<1>() : rows.template operator()<2>();
+      if (n_rows == 1) return rows.template operator()<1>();
+      if (n_rows == 2) return rows.template operator()<2>();
+      return rows.template operator()<3>();
     }
   for (int64_t r = 0; r < n_rows; ++r)
     T::round_row(x + r * xs, K, xw.data() + r * K, xt.data() + r * (K - K32));

@@ -204,6 +204,43 @@ TEST(LinearPacked, SimdEqualsReferenceBitwise) {
   EXPECT_EQ(checked, int(cases.size() * std::size(kRowCounts) * (available_isas().size() - 1)));
 }
 
+// `kernel` over every output of w, called on ranges of 1-11 outputs that split its tiles.
+static std::vector<float> run_in_ranges(detail::RangeFn kernel, const PackedWeight& w,
+                                        const std::vector<float>& x, int64_t n, int64_t xs,
+                                        int64_t ys) {
+  std::vector<float> y(static_cast<size_t>(n * ys), -1.0f);
+  for (int64_t b = 0; b < w.rows;) {
+    const int64_t e = std::min(w.rows, b + 1 + (b * 7) % 11);
+    kernel(w, x.data(), n, xs, y.data(), ys, b, e);
+    b = e;
+  }
+  return y;
+}
+
+// Both AVX-512 NVFP4 f32 kernels, whichever this CPU selects (cpu_splits_512bit_ops): 1-2-row
+// tiles multiplying E2M1 by the scale, or reading the product table as every other tile does;
+// bitwise the reference over the row counts (wide passes included) and output ranges that split
+// the 4-output tiles.
+TEST(LinearPacked, BothNvfp4Avx512KernelsEqualTheReference) {
+  if (detected_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
+  int compared = 0;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 96}, {9, 2688}, {64, 1856}}) {
+    const auto c = make_nvfp4(rows, cols, uint32_t(rows * 13 + cols));
+    for (int64_t n : kRowCounts) {
+      const int64_t xs = cols + 1, ys = rows + 2;
+      const auto x = rand_x(n, xs, uint32_t(n * 31 + cols));
+      std::vector<float> ref(static_cast<size_t>(n * ys), -1.0f);
+      detail::range_nvfp4_ref(c->w, x.data(), n, xs, ref.data(), ys, 0, rows);
+      for (auto kernel : {detail::range_nvfp4_avx512, detail::range_nvfp4_avx512_table}) {
+        const auto y = run_in_ranges(kernel, c->w, x, n, xs, ys);
+        ++compared;
+        EXPECT_TRUE(bitwise_equal(ref, y)) << c->name << " rows=" << n << " " << first_diff(ref, y);
+      }
+    }
+  }
+  EXPECT_EQ(compared, int(3 * std::size(kRowCounts) * 2));
+}
+
 TEST(LinearPacked, ThreadsAndRangesDoNotChangeBits) {
   IsaGuard guard;
   auto cases = all_cases();
@@ -598,12 +635,7 @@ TEST(LinearBf16, BothNvfp4Avx512KernelsEqualTheReference) {
       detail::range_nvfp4_bf16_ref(m->w, x.data(), n, xs, ref.data(), ys, 0, rows);
       for (auto kernel :
            {detail::range_nvfp4_bf16_avx512, detail::range_nvfp4_bf16_avx512_halves}) {
-        std::vector<float> y(static_cast<size_t>(n * ys), -1.0f);
-        for (int64_t b = 0; b < rows;) {
-          const int64_t e = std::min(rows, b + 1 + (b * 7) % 11);
-          kernel(m->w, x.data(), n, xs, y.data(), ys, b, e);
-          b = e;
-        }
+        const auto y = run_in_ranges(kernel, m->w, x, n, xs, ys);
         ++compared;
         EXPECT_TRUE(bitwise_equal(ref, y)) << m->name << " rows=" << n;
       }
