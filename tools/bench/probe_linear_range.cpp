@@ -1,0 +1,61 @@
+// One kernels::linear_range call on a random NVFP4 or FP8 matrix, single-threaded, at the ISA the
+// CPU has: the best of 15 rounds of repeated calls (docs/PERFORMANCE.md, "Zen 4: the one-row
+// tile's accumulators on the stack"). Small matrices (64 x 2688 NVFP4, 86 KB) stay in L2, where a
+// tile is compute-bound and a noisy host disturbs the time least; large ones (65536 x 2688 FP8,
+// 176 MB) stream from memory. Prints microseconds per call.
+// Not part of the build; after a release build into build/:
+//   g++ -O2 -std=c++20 -Isrc -o /tmp/probe_linear_range tools/bench/probe_linear_range.cpp \
+//       build/libnemotron_kernels.a build/libnemotron_base.a -lfmt -fopenmp
+//   /tmp/probe_linear_range nvfp4 64 2688 1 bf16     # FORMAT OUTPUTS K ROWS ARITH
+//   /tmp/probe_linear_range fp8 65536 2688 1 f32
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/linear.h"
+
+using namespace nemo::kernels;
+
+int main(int argc, char** argv) {
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: %s nvfp4|fp8 OUTPUTS K ROWS f32|bf16\n", argv[0]);
+    return 2;
+  }
+  const bool nvfp4 = std::strcmp(argv[1], "nvfp4") == 0;
+  const int64_t outputs = std::atoll(argv[2]), K = std::atoll(argv[3]), rows = std::atoll(argv[4]);
+  std::mt19937 g(1);
+  std::vector<uint8_t> data(size_t(outputs * K / (nvfp4 ? 2 : 1))), scales;
+  for (auto& b : data) {
+    b = uint8_t(g());
+    if (!nvfp4 && (b & 0x7F) == 0x7F) b ^= 1;  // no NaN codes
+    if (!nvfp4 && (b & 0x78) == 0) b |= 0x20;  // exponent-0 codes are rare in real weights
+  }
+  PackedWeight w;
+  w.rows = outputs, w.cols = K, w.data = data.data(), w.arith = parse_arith(argv[5], "ARITH");
+  if (nvfp4) {
+    scales.resize(size_t(outputs * K / 16));
+    for (auto& s : scales) s = uint8_t(0x18 + g() % 32);  // E4M3 scales that differ per block
+    w.format = WeightFormat::NVFP4, w.scales = scales.data(), w.scale = 1.0f, w.group = 16;
+  } else {
+    w.format = WeightFormat::FP8_E4M3, w.scale = 0.01f;
+  }
+  std::vector<float> x(size_t(rows * K)), y(size_t(rows * outputs));
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(g);
+  const int reps = int(std::max<int64_t>(1, 20000000 / (outputs * K)));
+  double best = 1e30;
+  for (int round = 0; round < 15; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i)
+      linear_range(w, x.data(), rows, K, y.data(), outputs, 0, outputs, detected_isa());
+    const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+    best = std::min(best, dt.count() / reps);
+  }
+  std::printf("%s %lld x %lld, %lld rows, %s, %s: %.2f us\n", argv[1], (long long)outputs,
+              (long long)K, (long long)rows, argv[5], isa_name(detected_isa()), best * 1e6);
+}
