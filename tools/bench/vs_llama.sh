@@ -11,7 +11,9 @@
 #      ~/.cache/nemotron-bench); its llama/gitRelease.bundle is a git bundle of llama.cpp (node-llama-cpp's
 #      release v0.5.0, which has `nemotron_h_moe`, its MTP head and the NVFP4 ggml type). Clone it, build
 #      only `llama-bench` (Release, CPU only, GGML_NATIVE=ON, no network code: LLAMA_OPENSSL=OFF; curl is
-#      gone from this llama.cpp).
+#      gone from this llama.cpp). Where that build dies with SIGILL on a CPU with AMX (seen on a Xeon
+#      VM: its AMX kernels), a second one with AMX off ($LLAMA/build-noamx) is built and used, and
+#      the table's ISA column says so.
 #   2. The checkpoint: `nemotron synth --preset lightning --layers 8 --format modelopt` (8 layers
 #      MEMEM*EM; --layers 52 for the full model: 21.5 GB with its MTP module + a ~19 GB GGUF, which
 #      wants the RAM to keep both in the page cache, or the runs measure the disk), then
@@ -106,15 +108,21 @@ if [[ ! -f $LLAMA/CMakeLists.txt ]]; then
   mv "$LLAMA.tmp" "$LLAMA"
 fi
 grep -q nemotron_h_moe "$LLAMA/src/llama-arch.cpp" || die "this llama.cpp has no nemotron_h_moe architecture"
-if [[ ! -x $LLAMA_BENCH ]]; then
-  step "building llama-bench (Release, CPU, GGML_NATIVE=ON; -j$JOBS, niced; ~15 min on 2 cores)"
-  cmake -S "$LLAMA" -B "$LLAMA/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+# build_llama DIR [C/C++ FLAGS]: llama-bench into $LLAMA/DIR.
+build_llama() {
+  local dir=$LLAMA/$1 flags=${2:-}
+  step "building llama-bench into $dir (Release, CPU, GGML_NATIVE=ON${flags:+, $flags}; -j$JOBS, niced; ~15 min on 2 cores)"
+  cmake -S "$LLAMA" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
     -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
-    -DLLAMA_USE_PREBUILT_UI=OFF >"$CACHE/llama-cmake.log" 2>&1 || die "cmake failed: see $CACHE/llama-cmake.log"
-  nice -n 10 cmake --build "$LLAMA/build" --target llama-bench -j "$JOBS" >"$CACHE/llama-build.log" 2>&1 ||
-    die "llama-bench build failed: see $CACHE/llama-build.log"
-  [[ -x $LLAMA_BENCH ]] || die "the build did not produce $LLAMA_BENCH"
+    -DLLAMA_USE_PREBUILT_UI=OFF >"$CACHE/llama-cmake-$1.log" 2>&1 || die "cmake failed: see $CACHE/llama-cmake-$1.log"
+  nice -n 10 cmake --build "$dir" --target llama-bench -j "$JOBS" >"$CACHE/llama-build-$1.log" 2>&1 ||
+    die "llama-bench build failed: see $CACHE/llama-build-$1.log"
+  [[ -x $dir/bin/llama-bench ]] || die "the build did not produce $dir/bin/llama-bench"
+}
+if [[ ! -x $LLAMA_BENCH ]]; then
+  build_llama build
 else
   step "llama-bench present: $LLAMA_BENCH"
 fi
@@ -142,7 +150,20 @@ else
   step "GGUF present: $GGUF"
 fi
 step "checking that llama.cpp loads and generates with the GGUF (pp8 + tg4, 1 thread)"
-"$LLAMA_BENCH" -m "$GGUF" -p 8 -n 4 -t 1 -r 1 --no-warmup -o md >"$CACHE/llama-smoke.log" 2>&1 ||
+smoke() { "$LLAMA_BENCH" -m "$GGUF" -p 8 -n 4 -t 1 -r 1 --no-warmup -o md >"$CACHE/llama-smoke.log" 2>&1; }
+smoke_rc=0
+smoke || smoke_rc=$?
+# On a 2-vCPU Xeon VM with AMX (2026-12-03) the native build's AMX kernel for the Q8_0 Mamba
+# projections died with SIGILL at its first TILEZERO, though AMX itself ran there: build once more
+# with AMX off, as a user would, and say so in the table.
+if ((smoke_rc == 132)) && grep -qw amx_tile /proc/cpuinfo; then
+  step "llama-bench died with SIGILL (its AMX kernels); using a build with AMX off"
+  LLAMA_BENCH=$LLAMA/build-noamx/bin/llama-bench
+  [[ -x $LLAMA_BENCH ]] || build_llama build-noamx "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  smoke_rc=0
+  smoke || smoke_rc=$?
+fi
+((smoke_rc == 0)) ||
   { tail -n 20 "$CACHE/llama-smoke.log" >&2; die "llama-bench could not run the GGUF (log: $CACHE/llama-smoke.log)"; }
 
 # ---------------------------------------------------------------------------- 3. A B A B
@@ -166,7 +187,7 @@ done
 
 # ---------------------------------------------------------------------------- table
 step "results (raw runs in $RUN)"
-"$PY" - "$RUN" "$LLAMA/build/bin" "$GGUF.json" "$PP" "$TG" "$LAYERS" <<'EOF'
+"$PY" - "$RUN" "$(dirname "$LLAMA_BENCH")" "$GGUF.json" "$PP" "$TG" "$LAYERS" <<'EOF'
 import ctypes, glob, json, os, re, statistics, sys
 
 run, libdir, side, pp, tg, layers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
@@ -189,6 +210,8 @@ try:
     # ggml-cpu's NVFP4 dot (ggml_vec_dot_nvfp4_q8_0) has an AVX2 path only; activations go to Q8_0
     note = "; NVFP4 dot: avx2 nvfp4 x q8_0" if top.startswith("AVX") else ""
     llama_isa = top.lower() + (f" ({', '.join(ext)})" if ext else "") + note
+    if "build-noamx" in libdir:
+        llama_isa += "; AMX off (the native build's AMX kernels died with SIGILL here)"
 except OSError as e:
     llama_isa = f"unknown ({e})"
 
