@@ -100,6 +100,14 @@ bool cpu_splits_512bit_ops() {
   return split;
 }
 
+bool cpu_is_intel() {
+  static const bool intel = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel");
+  }();
+  return intel;
+}
+
 const char* bf16_kernel_name(Isa isa) {
   if (isa >= Isa::Avx512 && bf16_kernel_verified())
     return cpu_splits_512bit_ops() ? "avx512_bf16 (NVFP4 1-3 rows in 256-bit blocks)"
@@ -240,9 +248,8 @@ RangeFn select_range_fn(WeightFormat f, Isa isa) {
         return cpu_splits_512bit_ops() ? range_nvfp4_avx512_table : range_nvfp4_avx512;
       return isa >= Isa::Avx2 ? range_nvfp4_avx2 : range_nvfp4_ref;
     case WeightFormat::FP8_E4M3:
-      return isa >= Isa::Avx512 ? range_fp8_avx512
-             : isa >= Isa::Avx2 ? range_fp8_avx2
-                                : range_fp8_ref;
+      if (isa >= Isa::Avx512) return cpu_is_intel() ? range_fp8_avx512_wide : range_fp8_avx512;
+      return isa >= Isa::Avx2 ? range_fp8_avx2 : range_fp8_ref;
     case WeightFormat::AFFINE4:
     case WeightFormat::AFFINE8:
       return isa >= Isa::Avx2 ? range_affine_avx2 : range_affine_ref;

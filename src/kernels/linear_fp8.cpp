@@ -81,7 +81,8 @@ struct Fp8Avx2 : Fp8Ref {
 // of word i (low bytes zeroed), the arithmetic shift and mask give sign | e4m3 << 7, and one
 // VCVTPH2PS widens the 16 halves exactly.
 struct Fp8Avx512 : Fp8Ref {
-  // Never wide: the decode is cheap, and sweeping measured 17-50 % faster at 8-64 rows.
+  // Never wide: the decode is cheap, and sweeping measured 17-50 % faster at 8-64 rows (Zen 5,
+  // before the wide path's scratch was 64-byte aligned); range_fp8_avx512_wide is wide from 16.
   static constexpr int64_t kWideRows = INT64_MAX;
   void prefetch(int64_t k, int64_t ahead) const {
     _mm_prefetch(reinterpret_cast<const char*>(rd + ahead * K + k), _MM_HINT_T0);
@@ -108,6 +109,10 @@ struct Fp8Avx512 : Fp8Ref {
 
 }  // namespace
 
+void range_fp8_avx512_wide(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                           float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
+  packed::range_avx512<Fp8Avx512, 16>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+}
 void range_fp8_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                       float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
   packed::range_avx512<Fp8Avx512>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);

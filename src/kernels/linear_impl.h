@@ -48,6 +48,10 @@ void range_fp8_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*,
                     int64_t);
 void range_fp8_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,
                       int64_t);
+// The same bits, passes of 16+ rows decoding the weights to f32 once (range_wide_z): on an Intel
+// Xeon 1.06x faster at 16 rows, 1.2-1.4x at 64-256 (docs/PERFORMANCE.md).
+void range_fp8_avx512_wide(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
+                           int64_t, int64_t);
 void dequantize_row_fp8(const PackedWeight& w, int64_t o, float* out);
 void range_fp8_bf16_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                         int64_t, int64_t);

@@ -25,9 +25,21 @@
 #include <utility>
 #include <vector>
 
+#include "base/memory.h"
 #include "kernels/linear_impl.h"
 
 namespace nemo::kernels::detail::packed {
+
+// Uninitialised scratch of n T, 64-byte aligned: a kernel's 512-bit loads of it never split a
+// cache line (new[] and std::vector give 16 bytes; split zmm loads ran 1.3-1.6x slower on an
+// Intel Xeon, docs/PERFORMANCE.md).
+template <class T>
+std::unique_ptr<T[], FreeDeleter> aligned_scratch(int64_t n) {
+  const size_t bytes = (size_t(std::max<int64_t>(1, n)) * sizeof(T) + 63) / 64 * 64;
+  T* p = static_cast<T*>(std::aligned_alloc(64, bytes));
+  if (!p) throw std::bad_alloc();
+  return std::unique_ptr<T[], FreeDeleter>(p);
+}
 
 template <class D>
 void range_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
@@ -197,7 +209,7 @@ void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x
   // Output block: ~192 KB of decoded f32 weights, reused by every row tile while in L2.
   const int64_t ob = std::min(
       o_end - o_begin, std::clamp<int64_t>((192 * 1024) / (4 * std::max<int64_t>(K, 1)), 1, 256));
-  const std::unique_ptr<float[]> buf(new float[size_t(ob * K)]);  // fully written before read
+  const auto buf = aligned_scratch<float>(ob * K);  // fully written before read
   float post[256];
   D d;
   d.init(w);
@@ -456,8 +468,8 @@ void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
                   int64_t ys, int64_t o_begin, int64_t o_end) {
   const int64_t K = w.cols, K16 = K - K % 16;
   const int64_t n_groups = (n_rows + 3) / 4;
-  const std::unique_ptr<float[]> buf(new float[size_t(kWideOut * K)]);  // written before read
-  const std::unique_ptr<float[]> acc(new float[size_t(n_groups * 4 * kWideOut * 16)]);
+  const auto buf = aligned_scratch<float>(kWideOut * K);  // written before read
+  const auto acc = aligned_scratch<float>(n_groups * 4 * kWideOut * 16);
   float post[kWideOut];
   D d;
   d.init(w);
@@ -503,9 +515,10 @@ void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
 // Up to 4 rows: one pass over the weights. 5..D::kWideRows-1 rows: output blocks small enough to
 // stay in L2 (~64 KB of packed weights) are swept by every 4-row group in turn, decoding in
 // registers, so memory is read once. Wider: range_wide_z. Each decoder sets kWideRows where the
-// wide path starts to pay (measured: only NVFP4's decode is dear enough; FP8 and the dense formats
-// run faster swept at 64 rows too).
-template <class D>
+// wide path starts to pay (measured on Zen 5: only NVFP4's decode is dear enough; FP8 and the
+// dense formats ran faster swept at 64 rows too). WideRows overrides it for a CPU that measured
+// otherwise (range_fp8_avx512_wide).
+template <class D, int64_t WideRows = D::kWideRows>
 void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
                   int64_t ys, int64_t o_begin, int64_t o_end) {
   if (n_rows <= 0 || o_begin >= o_end) return;
@@ -515,7 +528,7 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
     with_row_tile(n_rows - r0, [&]<int R>() { rows_z<D, R>(w, xr, xs, yr, ys, o0, o1); });
   };
   if (n_rows <= 4) return rows(0, o_begin, o_end);
-  if (n_rows >= D::kWideRows) return range_wide_z<D>(w, x, n_rows, xs, y, ys, o_begin, o_end);
+  if (n_rows >= WideRows) return range_wide_z<D>(w, x, n_rows, xs, y, ys, o_begin, o_end);
   const int64_t ob = swept_block_outputs(w);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
     const int64_t o1 = std::min(o_end, o0 + ob);
@@ -737,8 +750,10 @@ void range_bf16_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
   static_assert(HalvesRows == 0 || HalvesRows == 3);
   if (n_rows <= 0 || o_begin >= o_end) return;
   const int64_t K = w.cols, K32 = K - K % 32;
-  std::vector<uint16_t> xw(size_t(std::max<int64_t>(1, n_rows * K)));
-  std::vector<float> xt(size_t(std::max<int64_t>(1, n_rows * (K - K32))));
+  const auto xw_buf = aligned_scratch<uint16_t>(n_rows * K);
+  const auto xt_buf = aligned_scratch<float>(n_rows * (K - K32));
+  const std::span<uint16_t> xw(xw_buf.get(), size_t(std::max<int64_t>(1, n_rows * K)));
+  const std::span<float> xt(xt_buf.get(), size_t(std::max<int64_t>(1, n_rows * (K - K32))));
   if constexpr (HalvesRows > 0)
     if (n_rows <= HalvesRows) {
       for (int64_t r = 0; r < n_rows; ++r)
@@ -785,7 +800,8 @@ void range_bf16_pairs(const PackedWeight& w, const float* x, int64_t n_rows, int
                       int64_t ys, int64_t o_begin, int64_t o_end) {
   if (n_rows <= 0 || o_begin >= o_end) return;
   const int64_t K = w.cols;
-  std::vector<float> xl(size_t(n_rows * K));
+  const auto xl_buf = aligned_scratch<float>(n_rows * K);
+  const std::span<float> xl(xl_buf.get(), size_t(n_rows * K));
   for (int64_t r = 0; r < n_rows; ++r) lay_row_bf16_pairs(x + r * xs, K, xl.data() + r * K);
   const int64_t ob = n_rows <= 4 ? o_end - o_begin : swept_block_outputs(w);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {

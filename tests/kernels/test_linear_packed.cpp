@@ -241,6 +241,28 @@ TEST(LinearPacked, BothNvfp4Avx512KernelsEqualTheReference) {
   EXPECT_EQ(compared, int(3 * std::size(kRowCounts) * 2));
 }
 
+// Both AVX-512 FP8 f32 kernels, whichever this CPU selects (cpu_is_intel): passes swept in
+// registers at every width, or decoded to f32 once from 16 rows; bitwise the reference.
+TEST(LinearPacked, BothFp8Avx512KernelsEqualTheReference) {
+  if (detected_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
+  int compared = 0;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 96}, {9, 2688}, {21, 1864}}) {
+    const auto c = make_fp8(rows, cols, uint32_t(rows * 17 + cols));
+    for (int64_t n : kRowCounts) {
+      const int64_t xs = cols + 1, ys = rows + 2;
+      const auto x = rand_x(n, xs, uint32_t(n * 37 + cols));
+      std::vector<float> ref(static_cast<size_t>(n * ys), -1.0f);
+      detail::range_fp8_ref(c->w, x.data(), n, xs, ref.data(), ys, 0, rows);
+      for (auto kernel : {detail::range_fp8_avx512, detail::range_fp8_avx512_wide}) {
+        const auto y = run_in_ranges(kernel, c->w, x, n, xs, ys);
+        ++compared;
+        EXPECT_TRUE(bitwise_equal(ref, y)) << c->name << " rows=" << n << " " << first_diff(ref, y);
+      }
+    }
+  }
+  EXPECT_EQ(compared, int(3 * std::size(kRowCounts) * 2));
+}
+
 TEST(LinearPacked, ThreadsAndRangesDoNotChangeBits) {
   IsaGuard guard;
   auto cases = all_cases();
