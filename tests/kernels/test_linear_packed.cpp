@@ -217,50 +217,51 @@ static std::vector<float> run_in_ranges(detail::RangeFn kernel, const PackedWeig
   return y;
 }
 
-// Both AVX-512 NVFP4 f32 kernels, whichever this CPU selects (cpu_splits_512bit_ops): 1-2-row
-// tiles multiplying E2M1 by the scale, or reading the product table as every other tile does;
-// bitwise the reference over the row counts (wide passes included) and output ranges that split
-// the 4-output tiles.
-TEST(LinearPacked, BothNvfp4Avx512KernelsEqualTheReference) {
-  if (detected_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
+// Each of `kernels` against `ref`, bitwise, on every case over kRowCounts (wide passes included)
+// and output ranges that split the tiles; returns how many comparisons ran.
+int expect_equal_reference(const std::vector<std::unique_ptr<Case>>& cases, detail::RangeFn ref,
+                           std::initializer_list<detail::RangeFn> kernels) {
   int compared = 0;
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 96}, {9, 2688}, {64, 1856}}) {
-    const auto c = make_nvfp4(rows, cols, uint32_t(rows * 13 + cols));
+  for (const auto& c : cases) {
+    const int64_t rows = c->w.rows, cols = c->w.cols;
     for (int64_t n : kRowCounts) {
       const int64_t xs = cols + 1, ys = rows + 2;
       const auto x = rand_x(n, xs, uint32_t(n * 31 + cols));
-      std::vector<float> ref(static_cast<size_t>(n * ys), -1.0f);
-      detail::range_nvfp4_ref(c->w, x.data(), n, xs, ref.data(), ys, 0, rows);
-      for (auto kernel : {detail::range_nvfp4_avx512, detail::range_nvfp4_avx512_table}) {
+      std::vector<float> want(static_cast<size_t>(n * ys), -1.0f);
+      ref(c->w, x.data(), n, xs, want.data(), ys, 0, rows);
+      for (auto kernel : kernels) {
         const auto y = run_in_ranges(kernel, c->w, x, n, xs, ys);
         ++compared;
-        EXPECT_TRUE(bitwise_equal(ref, y)) << c->name << " rows=" << n << " " << first_diff(ref, y);
+        EXPECT_TRUE(bitwise_equal(want, y))
+            << c->name << " rows=" << n << " " << first_diff(want, y);
       }
     }
   }
-  EXPECT_EQ(compared, int(3 * std::size(kRowCounts) * 2));
+  return compared;
+}
+
+// Both AVX-512 NVFP4 f32 kernels, whichever this CPU selects (cpu_splits_512bit_ops): 1-2-row
+// tiles multiplying E2M1 by the scale, or reading the product table as every other tile does.
+TEST(LinearPacked, BothNvfp4Avx512KernelsEqualTheReference) {
+  if (detected_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
+  std::vector<std::unique_ptr<Case>> cases;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 96}, {9, 2688}, {64, 1856}})
+    cases.push_back(make_nvfp4(rows, cols, uint32_t(rows * 13 + cols)));
+  EXPECT_EQ(expect_equal_reference(cases, detail::range_nvfp4_ref,
+                                   {detail::range_nvfp4_avx512, detail::range_nvfp4_avx512_table}),
+            int(3 * std::size(kRowCounts) * 2));
 }
 
 // Both AVX-512 FP8 f32 kernels, whichever this CPU selects (cpu_is_intel): passes swept in
-// registers at every width, or decoded to f32 once from 16 rows; bitwise the reference.
+// registers at every width, or decoded to f32 once from 16 rows.
 TEST(LinearPacked, BothFp8Avx512KernelsEqualTheReference) {
   if (detected_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
-  int compared = 0;
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 96}, {9, 2688}, {21, 1864}}) {
-    const auto c = make_fp8(rows, cols, uint32_t(rows * 17 + cols));
-    for (int64_t n : kRowCounts) {
-      const int64_t xs = cols + 1, ys = rows + 2;
-      const auto x = rand_x(n, xs, uint32_t(n * 37 + cols));
-      std::vector<float> ref(static_cast<size_t>(n * ys), -1.0f);
-      detail::range_fp8_ref(c->w, x.data(), n, xs, ref.data(), ys, 0, rows);
-      for (auto kernel : {detail::range_fp8_avx512, detail::range_fp8_avx512_wide}) {
-        const auto y = run_in_ranges(kernel, c->w, x, n, xs, ys);
-        ++compared;
-        EXPECT_TRUE(bitwise_equal(ref, y)) << c->name << " rows=" << n << " " << first_diff(ref, y);
-      }
-    }
-  }
-  EXPECT_EQ(compared, int(3 * std::size(kRowCounts) * 2));
+  std::vector<std::unique_ptr<Case>> cases;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 96}, {9, 2688}, {21, 1864}})
+    cases.push_back(make_fp8(rows, cols, uint32_t(rows * 17 + cols)));
+  EXPECT_EQ(expect_equal_reference(cases, detail::range_fp8_ref,
+                                   {detail::range_fp8_avx512, detail::range_fp8_avx512_wide}),
+            int(3 * std::size(kRowCounts) * 2));
 }
 
 TEST(LinearPacked, ThreadsAndRangesDoNotChangeBits) {
