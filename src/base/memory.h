@@ -15,6 +15,20 @@ struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 
+// n uninitialised T, 64-byte aligned (whole 64-byte lines: a 512-bit load never splits one);
+// null for n == 0. For scratch that is written before it is read; Buffer zeroes its own.
+template <typename T>
+std::unique_ptr<T[], FreeDeleter> alloc_aligned64(size_t n) {
+  // Also tells the compiler the size is sane (GCC 12's -Wstringop-overflow otherwise warns
+  // about memset sizes it derives from a negative int64 cast to size_t).
+  if (n > size_t(PTRDIFF_MAX) / sizeof(T)) throw std::bad_alloc();
+  const size_t bytes = ((n * sizeof(T) + 63) / 64) * 64;
+  std::unique_ptr<T[], FreeDeleter> p(bytes ? static_cast<T*>(std::aligned_alloc(64, bytes))
+                                            : nullptr);
+  if (bytes && !p) throw std::bad_alloc();
+  return p;
+}
+
 // A zero-initialised, 64-byte aligned array of trivially copyable T.
 template <typename T>
 class Buffer {
@@ -23,12 +37,7 @@ class Buffer {
   explicit Buffer(size_t n) { resize(n); }
   void resize(size_t n) {
     if (n == n_) return;
-    // Also tells the compiler the size is sane (GCC 12's -Wstringop-overflow otherwise warns
-    // about memset sizes it derives from a negative int64 cast to size_t).
-    if (n > size_t(PTRDIFF_MAX) / sizeof(T)) throw std::bad_alloc();
-    size_t bytes = ((n * sizeof(T) + 63) / 64) * 64;
-    p_.reset(bytes ? static_cast<T*>(std::aligned_alloc(64, bytes)) : nullptr);
-    if (bytes && !p_) throw std::bad_alloc();
+    p_ = alloc_aligned64<T>(n);
     n_ = n;
     zero();
   }
@@ -45,7 +54,7 @@ class Buffer {
   std::span<const T> span() const { return {p_.get(), n_}; }
 
  private:
-  std::unique_ptr<T, FreeDeleter> p_;
+  std::unique_ptr<T[], FreeDeleter> p_;
   size_t n_ = 0;
 };
 

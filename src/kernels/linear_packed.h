@@ -30,16 +30,9 @@
 
 namespace nemo::kernels::detail::packed {
 
-// Uninitialised scratch of n T, 64-byte aligned: a kernel's 512-bit loads of it never split a
-// cache line (new[] and std::vector give 16 bytes; split zmm loads ran 1.3-1.6x slower on an
-// Intel Xeon, docs/PERFORMANCE.md).
-template <class T>
-std::unique_ptr<T[], FreeDeleter> aligned_scratch(int64_t n) {
-  const size_t bytes = (size_t(std::max<int64_t>(1, n)) * sizeof(T) + 63) / 64 * 64;
-  T* p = static_cast<T*>(std::aligned_alloc(64, bytes));
-  if (!p) throw std::bad_alloc();
-  return std::unique_ptr<T[], FreeDeleter>(p);
-}
+// The kernels' scratch comes from alloc_aligned64 (base/memory.h), so their 512-bit loads of it
+// never split a cache line: new[] and std::vector give 16-byte alignment, and split zmm loads ran
+// 1.3-1.6x slower on an Intel Xeon (docs/PERFORMANCE.md).
 
 template <class D>
 void range_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,
@@ -209,7 +202,7 @@ void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x
   // Output block: ~192 KB of decoded f32 weights, reused by every row tile while in L2.
   const int64_t ob = std::min(
       o_end - o_begin, std::clamp<int64_t>((192 * 1024) / (4 * std::max<int64_t>(K, 1)), 1, 256));
-  const auto buf = aligned_scratch<float>(ob * K);  // fully written before read
+  const auto buf = alloc_aligned64<float>(size_t(ob * K));  // fully written before read
   float post[256];
   D d;
   d.init(w);
@@ -468,8 +461,8 @@ void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
                   int64_t ys, int64_t o_begin, int64_t o_end) {
   const int64_t K = w.cols, K16 = K - K % 16;
   const int64_t n_groups = (n_rows + 3) / 4;
-  const auto buf = aligned_scratch<float>(kWideOut * K);  // written before read
-  const auto acc = aligned_scratch<float>(n_groups * 4 * kWideOut * 16);
+  const auto buf = alloc_aligned64<float>(size_t(kWideOut * K));  // written before read
+  const auto acc = alloc_aligned64<float>(size_t(n_groups * 4 * kWideOut * 16));
   float post[kWideOut];
   D d;
   d.init(w);
@@ -750,30 +743,28 @@ void range_bf16_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
   static_assert(HalvesRows == 0 || HalvesRows == 3);
   if (n_rows <= 0 || o_begin >= o_end) return;
   const int64_t K = w.cols, K32 = K - K % 32;
-  const auto xw_buf = aligned_scratch<uint16_t>(n_rows * K);
-  const auto xt_buf = aligned_scratch<float>(n_rows * (K - K32));
-  const std::span<uint16_t> xw(xw_buf.get(), size_t(std::max<int64_t>(1, n_rows * K)));
-  const std::span<float> xt(xt_buf.get(), size_t(std::max<int64_t>(1, n_rows * (K - K32))));
+  const auto xw = alloc_aligned64<uint16_t>(size_t(std::max<int64_t>(1, n_rows * K)));
+  const auto xt = alloc_aligned64<float>(size_t(std::max<int64_t>(1, n_rows * (K - K32))));
   if constexpr (HalvesRows > 0)
     if (n_rows <= HalvesRows) {
       for (int64_t r = 0; r < n_rows; ++r)
-        round_row_bf16_kord(x + r * xs, K, xw.data() + r * K, xt.data() + r * (K - K32));
+        round_row_bf16_kord(x + r * xs, K, xw.get() + r * K, xt.get() + r * (K - K32));
       const auto rows = [&]<int R>() {
-        rows_bf16_y<T, R>(w, xw.data(), xt.data(), y, ys, o_begin, o_end);
+        rows_bf16_y<T, R>(w, xw.get(), xt.get(), y, ys, o_begin, o_end);
       };
       if (n_rows == 1) return rows.template operator()<1>();
       if (n_rows == 2) return rows.template operator()<2>();
       return rows.template operator()<3>();
     }
   for (int64_t r = 0; r < n_rows; ++r)
-    T::round_row(x + r * xs, K, xw.data() + r * K, xt.data() + r * (K - K32));
+    T::round_row(x + r * xs, K, xw.get() + r * K, xt.get() + r * (K - K32));
   const int64_t group = T::group(n_rows, K);
   const int64_t ob = n_rows <= group ? o_end - o_begin : swept_block_outputs(w);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
     const int64_t o1 = std::min(o_end, o0 + ob);
     for (int64_t r = 0; r < n_rows; r += group) {
-      const uint16_t* xr = xw.data() + r * K;
-      const float* tr = xt.data() + r * (K - K32);
+      const uint16_t* xr = xw.get() + r * K;
+      const float* tr = xt.get() + r * (K - K32);
       float* yr = y + r * ys;
       with_row_tile<8>(std::min(group, n_rows - r),
                        [&]<int R>() { rows_bf16_z<T, R>(w, xr, tr, yr, ys, o0, o1); });
@@ -800,15 +791,14 @@ void range_bf16_pairs(const PackedWeight& w, const float* x, int64_t n_rows, int
                       int64_t ys, int64_t o_begin, int64_t o_end) {
   if (n_rows <= 0 || o_begin >= o_end) return;
   const int64_t K = w.cols;
-  const auto xl_buf = aligned_scratch<float>(n_rows * K);
-  const std::span<float> xl(xl_buf.get(), size_t(n_rows * K));
-  for (int64_t r = 0; r < n_rows; ++r) lay_row_bf16_pairs(x + r * xs, K, xl.data() + r * K);
+  const auto xl = alloc_aligned64<float>(size_t(n_rows * K));
+  for (int64_t r = 0; r < n_rows; ++r) lay_row_bf16_pairs(x + r * xs, K, xl.get() + r * K);
   const int64_t ob = n_rows <= 4 ? o_end - o_begin : swept_block_outputs(w);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
     const int64_t o1 = std::min(o_end, o0 + ob);
     for (int64_t r = 0; r < n_rows; r += 4)
       with_row_tile(n_rows - r, [&]<int R>() {
-        rows_bf16_pairs<T, R>(w, xl.data() + r * K, y + r * ys, ys, o0, o1);
+        rows_bf16_pairs<T, R>(w, xl.get() + r * K, y + r * ys, ys, o0, o1);
       });
   }
 }
