@@ -352,6 +352,40 @@ inline float finish_lanes(__m512 acc, float t, float post) {
   return (hsum8_fixed(v) + t) * post;
 }
 
+// finish_lanes for 16 (r, o) at once, y[p] = finish_lanes(a[p], t[p], post[p]): the same adds of
+// the same operands in the same order, lanes transposed as they go. Each step's comment says
+// what lane block b (4 lanes) or lane l of its vectors holds; vp = the 8 sums of a[p]'s halves.
+inline void finish_lanes16(const __m512 (&a)[16], const float* t, const float* post, float* y) {
+  // c[q]: lanes 0-7 = v(2q), 8-15 = v(2q + 1).
+  __m512 c[8];
+#pragma GCC unroll 8
+  for (int q = 0; q < 8; ++q)
+    c[q] = _mm512_add_ps(
+        _mm512_maskz_shuffle_f32x4(0xFFFF, a[2 * q], a[2 * q + 1], 0x44),   // low halves
+        _mm512_maskz_shuffle_f32x4(0xFFFF, a[2 * q], a[2 * q + 1], 0xEE));  // high halves
+  // e[p], block b = output 4p + b: (v0 + v4, v1 + v5, v2 + v6, v3 + v7).
+  __m512 e[4];
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p)
+    e[p] = _mm512_add_ps(
+        _mm512_maskz_shuffle_f32x4(0xFFFF, c[2 * p], c[2 * p + 1], 0x88),   // blocks 0, 2
+        _mm512_maskz_shuffle_f32x4(0xFFFF, c[2 * p], c[2 * p + 1], 0xDD));  // blocks 1, 3
+  // g[u], block b: (A, B) of output 8u + b, then of 8u + 4 + b; A = (v0 + v4) + (v2 + v6),
+  // B = (v1 + v5) + (v3 + v7).
+  __m512 g[2];
+#pragma GCC unroll 2
+  for (int u = 0; u < 2; ++u)
+    g[u] =
+        _mm512_add_ps(_mm512_maskz_shuffle_ps(0xFFFF, e[2 * u], e[2 * u + 1], 0x44),   // lanes 0, 1
+                      _mm512_maskz_shuffle_ps(0xFFFF, e[2 * u], e[2 * u + 1], 0xEE));  // lanes 2, 3
+  // s, lane 4b + i = A + B of output 4i + b.
+  const __m512 s = _mm512_add_ps(_mm512_maskz_shuffle_ps(0xFFFF, g[0], g[1], 0x88),   // A
+                                 _mm512_maskz_shuffle_ps(0xFFFF, g[0], g[1], 0xDD));  // B
+  const __m512i to_output = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512 sum = _mm512_maskz_permutexvar_ps(0xFFFF, to_output, s);
+  _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_add_ps(sum, _mm512_loadu_ps(t)), _mm512_loadu_ps(post)));
+}
+
 template <class D>
 inline float finish_z(const D& d, __m512 acc, const float* xr, int64_t K16, int64_t K) {
   float t = 0.0f;
@@ -421,86 +455,138 @@ inline void rows_z(const PackedWeight& w, const float* x, int64_t xs, float* y, 
   for (; o < o_end; ++o) tile_z<D, R, 1>(w, x, xs, y, ys, o);
 }
 
-// Wide passes (>= kWideRows rows, prefill): the weights are decoded to f32 once per block of
+// Wide passes (>= kWideRows rows, prefill): GEMM blocking. Rows go in blocks whose activations
+// (~kWideRowBytes) stay in L2; within a block, the weights are decoded to f32 once per block of
 // kWideOut outputs and reused by every row, so the loop is FMA-bound rather than decode-bound.
-// k runs in chunks of kWideK so that one chunk of the block's weights (16 KB) and of a 4-row
-// group's activations (4 KB) stay in L1 while every tile passes over them; accumulators are
-// parked in memory between chunks. Each (row, output) still accumulates k = 0, 16, 32, ... into
-// its own 16 lanes in order, then finishes as finish_z does: the canonical order, bit for bit.
-constexpr int64_t kWideOut = 16, kWideK = 256;
+// k runs in chunks of kWideK: one chunk of the block's weights and of a row group's activations
+// stay in L1 while every tile passes over them, each copied chunk-major (contiguous per chunk) so
+// that a tile's loads walk a few consecutive lines; accumulators are parked in memory between
+// chunks. Tiles are kWideTileR rows x kWideTileO outputs. Each (row, output) still accumulates
+// k = 0, 16, 32, ... into its own 16 lanes in order, then finishes as finish_z does: the
+// canonical order, bit for bit.
+// 6 x 4 and k chunks of 384 (24 KB of weights, 9 KB of activations, 6 KB of accumulators) measured
+// best of 4 x 4, 4 x 6, 6 x 4 at 256, 384, 512 on the Xeon (docs/PERFORMANCE.md).
+constexpr int kWideTileR = 6, kWideTileO = 4;
+constexpr int64_t kWideOut = 16, kWideK = 384, kWideRowBytes = 768 << 10;
+static_assert(kWideOut % kWideTileO == 0);
 
-// The chunk starting at k0 == 0 starts its accumulators at +0; later chunks resume them.
-template <int R>
-[[gnu::noinline]] void tile_f32z(const float* wr, int64_t K, int64_t k0, int64_t k1, const float* x,
-                                 int64_t xs, float* acc /* [R][4][16] */) {
-  __m512 a[R][4];
+// Calls f.template operator()<C>() with C = min(Max, n), n >= 1: a tile dimension as a constant.
+template <int Max, int C = 1, class F>
+inline void with_count(int64_t n, F&& f) {
+  if constexpr (C == Max)
+    f.template operator()<C>();
+  else if (n <= C)
+    f.template operator()<C>();
+  else
+    with_count<Max, C + 1>(n, f);
+}
+
+// R rows x O outputs over n (a multiple of 16) consecutive k: weights at wr + j * n, activations
+// at x + r * n; acc holds [R][O] vectors of 16 lanes, started at +0 unless resume.
+template <int R, int O>
+[[gnu::noinline]] void tile_f32z(const float* wr, const float* x, int64_t n, bool resume,
+                                 float* acc) {
+  __m512 a[R][O];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
-    for (int j = 0; j < 4; ++j)
-      a[r][j] = k0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (r * 4 + j) * 16);
-  for (int64_t k = k0; k < k1; k += 16) {
-    __m512 wv[4];
+    for (int j = 0; j < O; ++j)
+      a[r][j] = resume ? _mm512_load_ps(acc + (r * O + j) * 16) : _mm512_setzero_ps();
+  for (int64_t k = 0; k < n; k += 16) {
+    __m512 wv[O];
 #pragma GCC unroll 16
-    for (int j = 0; j < 4; ++j) wv[j] = _mm512_loadu_ps(wr + j * K + k);
+    for (int j = 0; j < O; ++j) wv[j] = _mm512_load_ps(wr + j * n + k);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const __m512 xv = _mm512_loadu_ps(x + r * xs + k);
+      const __m512 xv = _mm512_load_ps(x + r * n + k);
 #pragma GCC unroll 16
-      for (int j = 0; j < 4; ++j) a[r][j] = _mm512_fmadd_ps(wv[j], xv, a[r][j]);
+      for (int j = 0; j < O; ++j) a[r][j] = _mm512_fmadd_ps(wv[j], xv, a[r][j]);
     }
   }
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
-    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(acc + (r * 4 + j) * 16, a[r][j]);
+    for (int j = 0; j < O; ++j) _mm512_store_ps(acc + (r * O + j) * 16, a[r][j]);
 }
 
 template <class D>
 void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
                   int64_t ys, int64_t o_begin, int64_t o_end) {
-  const int64_t K = w.cols, K16 = K - K % 16;
-  const int64_t n_groups = (n_rows + 3) / 4;
-  const auto buf = alloc_aligned64<float>(size_t(kWideOut * K));  // written before read
-  const auto acc = alloc_aligned64<float>(size_t(n_groups * 4 * kWideOut * 16));
+  constexpr int TR = kWideTileR, TO = kWideTileO;
+  const int64_t K = w.cols, K16 = K - K % 16, KT = K - K16;
+  // Row blocks of equal size (a multiple of TR) whose activations fit kWideRowBytes.
+  const int64_t fit = std::max<int64_t>(TR, kWideRowBytes / (K * 4) / TR * TR);
+  const int64_t n_blocks = (n_rows + fit - 1) / fit;
+  const int64_t mb = ((n_rows + n_blocks - 1) / n_blocks + TR - 1) / TR * TR;
+  // Chunk c holds k in [c kWideK, min(K16, (c + 1) kWideK)), width wc; element (i, k) of a
+  // chunk-major copy with m rows sits at m k0 + i wc + (k - k0). k in [K16, K) stays apart.
+  const auto wbuf = alloc_aligned64<float>(size_t(kWideOut * K16));
+  const auto wtail = alloc_aligned64<float>(size_t(kWideOut * KT));
+  const auto xbuf = alloc_aligned64<float>(size_t(mb * K16));
+  // 16 lanes at acc + (((g * kWideOut / TO + jt) * TR + r) * TO + j) * 16: row TR g + r of the
+  // block, output o0 + TO jt + j (a short tile packs its R x O vectors from the group's slot).
+  const auto acc = alloc_aligned64<float>(size_t(mb * kWideOut * 16));
+  const auto tile_acc = [&](int64_t g, int64_t jt) {
+    return acc.get() + (g * (kWideOut / TO) + jt) * TR * TO * 16;
+  };
+  const int64_t n_chunks = (K16 + kWideK - 1) / kWideK;
   float post[kWideOut];
   D d;
   d.init(w);
-  for (int64_t o0 = o_begin; o0 < o_end; o0 += kWideOut) {
-    const int64_t o1 = std::min(o_end, o0 + kWideOut), n4 = (o1 - o0) & ~int64_t(3);
-    for (int64_t o = o0; o < o1; ++o) {
-      float* wr = buf.get() + (o - o0) * K;
-      d.row(o);
-      for (int64_t k = 0; k < K16; k += 16) _mm512_storeu_ps(wr + k, d.decode16z(k));
-      for (int64_t k = K16; k < K; ++k) wr[k] = d.at(k);
-      post[o - o0] = d.post();
+  for (int64_t r0 = 0; r0 < n_rows; r0 += mb) {
+    const int64_t m = std::min(mb, n_rows - r0);
+    for (int64_t k0 = 0; k0 < K16; k0 += kWideK) {
+      const int64_t wc = std::min(kWideK, K16 - k0);
+      for (int64_t i = 0; i < m; ++i)
+        std::memcpy(xbuf.get() + m * k0 + i * wc, x + (r0 + i) * xs + k0, size_t(wc) * 4);
     }
-    // 16 lanes at acc + ((g * (kWideOut / 4) + jt) * 16 + r * 4 + j) * 16: row 4g + r, output
-    // o0 + 4jt + j. At least one chunk runs (an empty one when K < 16), so every lane is written.
-    const int64_t n_chunks = std::max<int64_t>(1, (K16 + kWideK - 1) / kWideK);
-    for (int64_t c = 0; c < n_chunks; ++c) {
-      const int64_t k0 = c * kWideK, k1 = std::min(K16, k0 + kWideK);
-      for (int64_t g = 0; g < n_groups; ++g) {
-        const float* xr = x + 4 * g * xs;
-        for (int64_t j = 0; j < n4; j += 4) {
-          const float* wr = buf.get() + j * K;
-          float* a = acc.get() + (g * (kWideOut / 4) + j / 4) * 256;
-          with_row_tile(n_rows - 4 * g, [&]<int R>() { tile_f32z<R>(wr, K, k0, k1, xr, xs, a); });
+    for (int64_t o0 = o_begin; o0 < o_end; o0 += kWideOut) {
+      const int64_t no = std::min(o_end, o0 + kWideOut) - o0;
+      for (int64_t j = 0; j < no; ++j) {
+        d.row(o0 + j);
+        for (int64_t k0 = 0; k0 < K16; k0 += kWideK) {
+          const int64_t wc = std::min(kWideK, K16 - k0);
+          float* wr = wbuf.get() + no * k0 + j * wc - k0;
+          for (int64_t k = k0; k < k0 + wc; k += 16) _mm512_store_ps(wr + k, d.decode16z(k));
         }
+        for (int64_t k = K16; k < K; ++k) wtail[j * KT + k - K16] = d.at(k);
+        post[j] = d.post();
       }
-    }
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const float* xr = x + r * xs;
-      for (int64_t j = 0; j < n4; ++j) {
-        const float* wj = buf.get() + j * K;
-        const __m512 a = _mm512_loadu_ps(
-            acc.get() + (((r / 4) * (kWideOut / 4) + j / 4) * 16 + (r % 4) * 4 + j % 4) * 16);
-        float t = 0.0f;
-        for (int64_t k = K16; k < K; ++k) t = std::fma(wj[k], xr[k], t);
-        y[r * ys + o0 + j] = finish_lanes(a, t, post[j]);
+      for (int64_t c = 0; c < n_chunks; ++c) {
+        const int64_t k0 = c * kWideK, wc = std::min(kWideK, K16 - k0);
+        for (int64_t g = 0; g * TR < m; ++g)
+          with_count<TR>(m - TR * g, [&]<int R>() {
+            for (int64_t j = 0; j < no; j += TO)
+              with_count<TO>(no - j, [&]<int O>() {
+                tile_f32z<R, O>(wbuf.get() + no * k0 + j * wc, xbuf.get() + m * k0 + TR * g * wc,
+                                wc, c > 0, tile_acc(g, j / TO));
+              });
+          });
       }
-      // Outputs past the last full 4 (a short final block): in-register tiles of one output.
-      for (int64_t o = o0 + n4; o < o1; ++o) tile_z<D, 1, 1>(w, xr, xs, y + r * ys, ys, o);
+      for (int64_t i = 0; i < m; ++i) {
+        const float* xr = x + (r0 + i) * xs;
+        const int64_t g = i / TR;
+        float t[kWideOut];
+        for (int64_t j = 0; j < no; ++j) {
+          t[j] = 0.0f;
+          for (int64_t k = K16; k < K; ++k) t[j] = std::fma(wtail[j * KT + k - K16], xr[k], t[j]);
+        }
+        // A short tile packs its R x O vectors from the tile's slot.
+        const auto lanes = [&](int64_t j) {
+          const int64_t O = std::min<int64_t>(TO, no - j / TO * TO);
+          return n_chunks > 0 ? _mm512_load_ps(tile_acc(g, j / TO) + ((i % TR) * O + j % TO) * 16)
+                              : _mm512_setzero_ps();
+        };
+        float* yr = y + (r0 + i) * ys + o0;
+        int64_t j = 0;
+        for (; j + 16 <= no; j += 16) {
+          __m512 a[16];
+#pragma GCC unroll 16
+          for (int p = 0; p < 16; ++p) a[p] = lanes(j + p);
+          finish_lanes16(a, t + j, post + j, yr + j);
+        }
+        for (; j < no; ++j) yr[j] = finish_lanes(lanes(j), t[j], post[j]);
+      }
     }
   }
 }

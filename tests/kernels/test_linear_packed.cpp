@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -217,14 +218,15 @@ static std::vector<float> run_in_ranges(detail::RangeFn kernel, const PackedWeig
   return y;
 }
 
-// Each of `kernels` against `ref`, bitwise, on every case over kRowCounts (wide passes included)
-// and output ranges that split the tiles; returns how many comparisons ran.
+// Each of `kernels` against `ref`, bitwise, on every case over row_counts (kRowCounts: wide
+// passes included) and output ranges that split the tiles; returns how many comparisons ran.
 int expect_equal_reference(const std::vector<std::unique_ptr<Case>>& cases, detail::RangeFn ref,
-                           std::initializer_list<detail::RangeFn> kernels) {
+                           std::initializer_list<detail::RangeFn> kernels,
+                           std::span<const int64_t> row_counts = kRowCounts) {
   int compared = 0;
   for (const auto& c : cases) {
     const int64_t rows = c->w.rows, cols = c->w.cols;
-    for (int64_t n : kRowCounts) {
+    for (int64_t n : row_counts) {
       const int64_t xs = cols + 1, ys = rows + 2;
       const auto x = rand_x(n, xs, uint32_t(n * 31 + cols));
       std::vector<float> want(static_cast<size_t>(n * ys), -1.0f);
@@ -262,6 +264,26 @@ TEST(LinearPacked, BothFp8Avx512KernelsEqualTheReference) {
   EXPECT_EQ(expect_equal_reference(cases, detail::range_fp8_ref,
                                    {detail::range_fp8_avx512, detail::range_fp8_avx512_wide}),
             int(3 * std::size(kRowCounts) * 2));
+}
+
+// Prefill widths: range_wide_z splits the rows into blocks whose activations fit L2 (72 rows
+// at K = 2688: 150 rows run as 54 + 54 + 42), copies them chunk-major, and finishes 16 outputs
+// at once; K = 2696 leaves a tail of 8 after the last 16.
+TEST(LinearPacked, WidePassesOverRowBlocksEqualTheReference) {
+  if (detected_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
+  const int64_t row_counts[] = {73, 150};
+  std::vector<std::unique_ptr<Case>> nvfp4, fp8;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{40, 2688}, {21, 2696}}) {
+    nvfp4.push_back(make_nvfp4(rows, cols, uint32_t(rows * 19 + cols)));
+    fp8.push_back(make_fp8(rows, cols, uint32_t(rows * 23 + cols)));
+  }
+  EXPECT_EQ(expect_equal_reference(nvfp4, detail::range_nvfp4_ref,
+                                   {detail::range_nvfp4_avx512, detail::range_nvfp4_avx512_table},
+                                   row_counts),
+            2 * 2 * 2);
+  EXPECT_EQ(expect_equal_reference(fp8, detail::range_fp8_ref, {detail::range_fp8_avx512_wide},
+                                   row_counts),
+            2 * 2);
 }
 
 TEST(LinearPacked, ThreadsAndRangesDoNotChangeBits) {
