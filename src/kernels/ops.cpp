@@ -71,7 +71,82 @@ __attribute__((target("avx2"))) void decay_outer_add_avx2(float* S, int64_t rows
   }
 }
 
+void axpy_rows_ref(const float* a, int64_t m, const float* X, int64_t xs, float* y, int64_t n) {
+  for (int64_t j = 0; j < m; ++j)
+    for (int64_t i = 0; i < n; ++i) y[i] = y[i] + a[j] * X[j * xs + i];
+}
+
+// V vectors of 16 (the last under `last`) held across the m rows.
+template <int V>
+__attribute__((target("avx512f"))) void axpy_rows_avx512(const float* a, int64_t m, const float* X,
+                                                         int64_t xs, float* y, __mmask16 last) {
+  __m512 acc[V];
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v)
+    acc[v] = _mm512_maskz_loadu_ps(v == V - 1 ? last : 0xFFFF, y + 16 * v);
+  for (int64_t j = 0; j < m; ++j) {
+    const __m512 aj = _mm512_set1_ps(a[j]);
+    const float* xj = X + j * xs;
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v)
+      acc[v] = _mm512_add_ps(
+          acc[v],
+          _mm512_mul_ps(aj, _mm512_maskz_loadu_ps(v == V - 1 ? last : 0xFFFF, xj + 16 * v)));
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(y + 16 * v, v == V - 1 ? last : 0xFFFF, acc[v]);
+}
+
+// V vectors of 8; the caller runs the last n % 8 elements by the reference.
+template <int V>
+__attribute__((target("avx2"))) void axpy_rows_avx2(const float* a, int64_t m, const float* X,
+                                                    int64_t xs, float* y) {
+  __m256 acc[V];
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) acc[v] = _mm256_loadu_ps(y + 8 * v);
+  for (int64_t j = 0; j < m; ++j) {
+    const __m256 aj = _mm256_set1_ps(a[j]);
+    const float* xj = X + j * xs;
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v)
+      acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(aj, _mm256_loadu_ps(xj + 8 * v)));
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) _mm256_storeu_ps(y + 8 * v, acc[v]);
+}
+
 }  // namespace
+
+void axpy_rows(const float* a, int64_t m, const float* X, int64_t x_stride, float* y, int64_t n) {
+  int64_t i = 0;
+  if (active_isa() >= Isa::Avx512) {
+    for (; i + 128 <= n; i += 128) axpy_rows_avx512<8>(a, m, X + i, x_stride, y + i, 0xFFFF);
+    if (i + 64 <= n) axpy_rows_avx512<4>(a, m, X + i, x_stride, y + i, 0xFFFF), i += 64;
+    const int64_t r = n - i;  // < 64
+    if (r > 0) {
+      const auto last = __mmask16((1u << ((r - 1) % 16 + 1)) - 1);
+      switch ((r + 15) / 16) {
+        case 1:
+          axpy_rows_avx512<1>(a, m, X + i, x_stride, y + i, last);
+          break;
+        case 2:
+          axpy_rows_avx512<2>(a, m, X + i, x_stride, y + i, last);
+          break;
+        case 3:
+          axpy_rows_avx512<3>(a, m, X + i, x_stride, y + i, last);
+          break;
+        default:
+          axpy_rows_avx512<4>(a, m, X + i, x_stride, y + i, last);
+      }
+    }
+    return;
+  }
+  if (active_isa() >= Isa::Avx2) {
+    for (; i + 64 <= n; i += 64) axpy_rows_avx2<8>(a, m, X + i, x_stride, y + i);
+    for (; i + 8 <= n; i += 8) axpy_rows_avx2<1>(a, m, X + i, x_stride, y + i);
+  }
+  axpy_rows_ref(a, m, X + i, x_stride, y + i, n - i);
+}
 
 void decay_outer_add(float* S, int64_t rows, int64_t n, float decay, const float* b,
                      const float* x) {

@@ -45,4 +45,9 @@ void relu2_inplace(float* x, int64_t n);
 // y[i] += a * x[i]
 void axpy(float a, const float* x, float* y, int64_t n);
 
+// m axpys in turn, y[i] += a[j] * X[j][i] for j = 0..m-1 (rows X + j * x_stride): each product
+// rounded, then added, in j order, so the bits are those of the m axpy calls; y stays in
+// registers across them (the SSD chunk's sums, attention's weighted values).
+void axpy_rows(const float* a, int64_t m, const float* X, int64_t x_stride, float* y, int64_t n);
+
 }  // namespace nemo::kernels

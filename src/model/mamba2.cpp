@@ -125,9 +125,11 @@ void ssd_chunk_head(const Mamba2Weights& w, const XbcRows& xbc, const float* dt_
   const Mamba2Dims& d = w.dims;
   const int64_t Q = t1 - t0, P = d.P, N = d.N, g = d.group_of(h);
   const float A = w.A[h], Dh = w.D[h];
-  scratch.resize(size_t(Q + Q * P));
+  scratch.resize(size_t(3 * Q + Q * P));
   float* cs = scratch.data();
-  float* u = cs + Q;  // u_j = dt_j · x_j
+  float* coef = cs + Q;  // row i's Gm[i][j]·exp(cs_i − cs_j); then w_j = exp(cs_last − cs_j)
+  float* a = coef + Q;   // the state's coefficients w_j·u_j[p] of one p
+  float* u = a + Q;      // u_j = dt_j · x_j
   float run = 0.0f;
   for (int64_t i = 0; i < Q; ++i) {
     const float dt = dt_all[(t0 + i) * d.NH + h];
@@ -143,18 +145,17 @@ void ssd_chunk_head(const Mamba2Weights& w, const XbcRows& xbc, const float* dt_
     const float e_in = std::exp(cs[i]);
     kernels::dot_rows(S, N, P, Ci, N, yi);  // S[p]·C_i, side by side
     for (int64_t p = 0; p < P; ++p) yi[p] = e_in * yi[p];
-    for (int64_t j = 0; j <= i; ++j) {
-      const float coef = Gm[i * Q + j] * std::exp(cs[i] - cs[j]);
-      kernels::axpy(coef, u + j * P, yi, P);
-    }
+    for (int64_t j = 0; j <= i; ++j) coef[j] = Gm[i * Q + j] * std::exp(cs[i] - cs[j]);
+    kernels::axpy_rows(coef, i + 1, u, P, yi, P);  // += coef_j·u_j in j order
     for (int64_t p = 0; p < P; ++p) yi[p] += Dh * xi[p];
   }
   const float e_last = std::exp(cs[Q - 1]);
   for (int64_t k = 0; k < P * N; ++k) S[k] *= e_last;
-  for (int64_t j = 0; j < Q; ++j) {
-    const float* Bj = xbc.B(t0 + j, g);
-    const float wj = std::exp(cs[Q - 1] - cs[j]);
-    for (int64_t p = 0; p < P; ++p) kernels::axpy(wj * u[j * P + p], Bj, S + p * N, N);
+  // S[p] += (w_j·u_j[p])·B_j in j order; the B_j rows are d.CD apart.
+  for (int64_t j = 0; j < Q; ++j) coef[j] = std::exp(cs[Q - 1] - cs[j]);
+  for (int64_t p = 0; p < P; ++p) {
+    for (int64_t j = 0; j < Q; ++j) a[j] = coef[j] * u[j * P + p];
+    kernels::axpy_rows(a, Q, xbc.B(t0, g), d.CD, S + p * N, N);
   }
 }
 

@@ -188,6 +188,31 @@ TEST(Ops, DecayOuterAddSameBitsEveryPath) {
   EXPECT_EQ(checked, 3 * int(available_isas().size()));
 }
 
+TEST(Ops, AxpyRowsIsAxpyInTurn) {
+  // axpy_rows: the bits of its m axpy calls in j order, on every path the machine has, for
+  // lengths around the 8- and 16-lane vectors and the 64 / 128 blocks (the SSD chunk: 64 and 128).
+  const Isa saved = active_isa();
+  int checked = 0;
+  for (int64_t n : {1, 7, 16, 63, 64, 65, 128, 131, 200, 257})
+    for (int64_t m : {1, 3, 17}) {
+      const int64_t xs = n + 3;
+      const auto X = rand_x(size_t(m * xs), uint64_t(31 + n + m)), a = rand_x(size_t(m), 32),
+                 y0 = rand_x(size_t(n), uint64_t(33 + n));
+      auto want = y0;
+      for (int64_t j = 0; j < m; ++j) axpy(a[size_t(j)], X.data() + j * xs, want.data(), n);
+      for (Isa isa : available_isas()) {
+        set_active_isa(isa);
+        auto got = y0;
+        axpy_rows(a.data(), m, X.data(), xs, got.data(), n);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), size_t(n) * 4), 0)
+            << isa_name(isa) << " n " << n << " m " << m;
+        ++checked;
+      }
+    }
+  set_active_isa(saved);
+  EXPECT_EQ(checked, 10 * 3 * int(available_isas().size()));
+}
+
 TEST(Ops, Activations) {
   EXPECT_FLOAT_EQ(softplus(25.0f), 25.0f);  // threshold 20: identity
   EXPECT_NEAR(softplus(0.0f), std::log(2.0f), 1e-7);
