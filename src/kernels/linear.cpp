@@ -240,9 +240,8 @@ RangeFn select_range_fn(WeightFormat f, Isa isa) {
     case WeightFormat::F32:
     case WeightFormat::BF16:
     case WeightFormat::F16:
-      return isa >= Isa::Avx512 ? range_dense_avx512
-             : isa >= Isa::Avx2 ? range_dense_avx2
-                                : range_dense_ref;
+      if (isa >= Isa::Avx512) return cpu_is_intel() ? range_dense_avx512_wide : range_dense_avx512;
+      return isa >= Isa::Avx2 ? range_dense_avx2 : range_dense_ref;
     case WeightFormat::NVFP4:
       if (isa >= Isa::Avx512)
         return cpu_splits_512bit_ops() ? range_nvfp4_avx512_table : range_nvfp4_avx512;

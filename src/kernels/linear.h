@@ -77,9 +77,9 @@ bool bf16_kernel_verified();
 // row NVFP4 tiles read the product table instead of multiplying (the same bits, faster there;
 // docs/PERFORMANCE.md). Elsewhere the other kernels run those passes.
 bool cpu_splits_512bit_ops();
-// An Intel CPU: there Arith::F32's FP8 passes of 16+ rows decode the weights to f32 once
-// (range_fp8_avx512_wide; the same bits, faster on the one Intel Xeon measured, where on Zen 5
-// sweeping in registers was).
+// An Intel CPU: there Arith::F32's FP8 passes of 16+ rows and the dense formats' of 32+ decode
+// the weights to f32 once (range_fp8_avx512_wide, range_dense_avx512_wide; the same bits, faster
+// on the one Intel Xeon measured, where on Zen 5 sweeping in registers was).
 bool cpu_is_intel();
 // Which kernels Arith::Bf16's NVFP4 and FP8 products run at `isa`: "avx512_bf16" (with a note on
 // Zen 4, cpu_splits_512bit_ops), "avx2" or "reference".

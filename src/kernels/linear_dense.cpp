@@ -195,7 +195,8 @@ struct DenseAvx512 : DenseRows<F> {
   using DenseRows<F>::es;
   using DenseRows<F>::p;
   using DenseRows<F>::K;
-  // Never wide: sweeping measured 14-45 % faster at 8-64 rows (bf16).
+  // Never wide: sweeping measured 14-45 % faster at 8-64 rows (bf16; Zen 5, before the wide
+  // path's scratch was 64-byte aligned); range_dense_avx512_wide is wide from 32.
   static constexpr int64_t kWideRows = INT64_MAX;
   // 64 k of O rows: O * es lines of the next tile's rows, which are contiguous. One-row tiles
   // only (kNextTileRows): bf16 10304 x 2688, 1 thread, best of five alternating (Zen 4): 1 row
@@ -224,19 +225,33 @@ struct DenseAvx512 : DenseRows<F> {
 
 }  // namespace
 
-void range_dense_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
-                        float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
+template <int64_t WideRows>
+void range_dense_avx512_from(const PackedWeight& w, const float* x, int64_t n_rows,
+                             int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
+                             int64_t o_end) {
   switch (w.format) {
     case WeightFormat::BF16:
-      return packed::range_avx512<DenseAvx512<WeightFormat::BF16>>(w, x, n_rows, x_stride, y,
-                                                                   y_stride, o_begin, o_end);
+      return packed::range_avx512<DenseAvx512<WeightFormat::BF16>, WideRows>(
+          w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
     case WeightFormat::F16:
-      return packed::range_avx512<DenseAvx512<WeightFormat::F16>>(w, x, n_rows, x_stride, y,
-                                                                  y_stride, o_begin, o_end);
+      return packed::range_avx512<DenseAvx512<WeightFormat::F16>, WideRows>(
+          w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
     default:
-      return packed::range_avx512<DenseAvx512<WeightFormat::F32>>(w, x, n_rows, x_stride, y,
-                                                                  y_stride, o_begin, o_end);
+      return packed::range_avx512<DenseAvx512<WeightFormat::F32>, WideRows>(
+          w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
   }
+}
+
+void range_dense_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                        float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
+  range_dense_avx512_from<DenseAvx512<WeightFormat::BF16>::kWideRows>(w, x, n_rows, x_stride, y,
+                                                                      y_stride, o_begin, o_end);
+}
+
+void range_dense_avx512_wide(const PackedWeight& w, const float* x, int64_t n_rows,
+                             int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
+                             int64_t o_end) {
+  range_dense_avx512_from<32>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 }  // namespace nemo::kernels::detail

@@ -12,6 +12,7 @@
 
 #include "base/numeric.h"
 #include "kernels/linear.h"
+#include "kernels/linear_impl.h"
 #include "kernels/ops.h"
 
 using namespace nemo;
@@ -72,7 +73,8 @@ TEST_P(DenseLinear, SimdEqualsReferenceAndBatchInvariant) {
   const int64_t rows = 37;
   Mat m = make(fmt, rows, cols, 1);
   int simd_checked = 0;
-  // 1..4: one register tile; 5..7: 4-row groups over L2 blocks; 8+: the AVX-512 f32-block path.
+  // 1..4: one register tile; 5+: 4-row groups over L2 blocks, or (Intel, AVX-512) from 32 rows
+  // the f32-block path (both AVX-512 kernels: DenseLinear.BothAvx512KernelsEqualTheReference).
   for (int64_t n : {1, 3, 4, 5, 7, 8, 16, 17, 33}) {
     auto x = rand_x(n * cols, uint32_t(n));
     std::vector<float> yref(size_t(n * rows)), ysimd(size_t(n * rows)),
@@ -115,6 +117,36 @@ INSTANTIATE_TEST_SUITE_P(
     Formats, DenseLinear,
     testing::Combine(testing::Values(WeightFormat::F32, WeightFormat::BF16, WeightFormat::F16),
                      testing::Values(int64_t(16), int64_t(72), int64_t(100), int64_t(2688))));
+
+// Both AVX-512 dense kernels, whichever this CPU selects (cpu_is_intel): passes swept in
+// registers at every width, or from 32 rows the weights decoded to f32 once (row blocks of
+// ~768 KB of activations: 72 rows at K = 2688, so 80 and 150 rows run as 2 and 3 blocks), on
+// output ranges that split the 16-output blocks.
+TEST(DenseLinear, BothAvx512KernelsEqualTheReference) {
+  if (detected_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
+  int compared = 0;
+  for (WeightFormat fmt : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::F16})
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 2688}, {21, 100}}) {
+      const Mat m = make(fmt, rows, cols, uint32_t(rows + cols));
+      for (int64_t n : {31, 32, 33, 80, 150}) {
+        const auto x = rand_x(n * cols, uint32_t(n + 7));
+        std::vector<float> want(size_t(n * rows));
+        detail::range_dense_ref(m.w, x.data(), n, cols, want.data(), rows, 0, rows);
+        for (auto kernel : {detail::range_dense_avx512, detail::range_dense_avx512_wide}) {
+          std::vector<float> got(size_t(n * rows), -1.0f);
+          for (int64_t b = 0; b < rows;) {
+            const int64_t e = std::min(rows, b + 1 + (b * 7) % 19);
+            kernel(m.w, x.data(), n, cols, got.data(), rows, b, e);
+            b = e;
+          }
+          EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4))
+              << weight_format_name(fmt) << " " << rows << "x" << cols << " n=" << n;
+          ++compared;
+        }
+      }
+    }
+  EXPECT_EQ(compared, 3 * 2 * 5 * 2);
+}
 
 TEST(Ops, DotAndRmsNorm) {
   auto a = rand_x(1001, 5), b = rand_x(1001, 6);

@@ -25,21 +25,25 @@ using namespace nemo::kernels;
 
 int main(int argc, char** argv) {
   if (argc != 6) {
-    std::fprintf(stderr, "usage: %s nvfp4|fp8 OUTPUTS K ROWS f32|bf16\n", argv[0]);
+    std::fprintf(stderr, "usage: %s nvfp4|fp8|bf16 OUTPUTS K ROWS f32|bf16\n", argv[0]);
     return 2;
   }
-  const bool nvfp4 = std::strcmp(argv[1], "nvfp4") == 0;
+  const bool nvfp4 = std::strcmp(argv[1], "nvfp4") == 0, bf16 = std::strcmp(argv[1], "bf16") == 0;
   const int64_t outputs = std::atoll(argv[2]), K = std::atoll(argv[3]), rows = std::atoll(argv[4]);
   std::mt19937 g(1);
-  std::vector<uint8_t> data(size_t(outputs * K / (nvfp4 ? 2 : 1))), scales;
+  std::vector<uint8_t> data(size_t(outputs * K * (bf16 ? 2 : 1) / (nvfp4 ? 2 : 1))), scales;
   for (auto& b : data) {
     b = uint8_t(g());
+    if (bf16) continue;
     if (!nvfp4 && (b & 0x7F) == 0x7F) b ^= 1;  // no NaN codes
     if (!nvfp4 && (b & 0x78) == 0) b |= 0x20;  // exponent-0 codes are rare in real weights
   }
   PackedWeight w;
   w.rows = outputs, w.cols = K, w.data = data.data(), w.arith = parse_arith(argv[5], "ARITH");
-  if (nvfp4) {
+  if (bf16) {
+    for (size_t i = 1; i < data.size(); i += 2) data[i] = uint8_t(0x3C + g() % 4);  // |w| ~ 1e-2
+    w.format = WeightFormat::BF16;
+  } else if (nvfp4) {
     scales.resize(size_t(outputs * K / 16));
     for (auto& s : scales) s = uint8_t(0x18 + g() % 32);  // E4M3 scales that differ per block
     w.format = WeightFormat::NVFP4, w.scales = scales.data(), w.scale = 1.0f, w.group = 16;
