@@ -75,8 +75,10 @@ void attention_forward(const AttentionWeights& w, const io::ModelConfig& c, cons
       const float* qi = q.data() + t * QW + i * HD;
       s.resize(size_t(pos + 1));
       float mx = -INFINITY;
+      if (f32)  // the keys in place, several rows a call (dot_rows: each row dot()'s bits)
+        kernels::dot_rows(kv.f32_row(true, 0, KVW) + j * HD, KVW, pos + 1, qi, HD, s.data());
       for (int64_t tau = 0; tau <= pos; ++tau) {
-        s[tau] = kernels::dot(qi, kv_row(true, tau) + j * HD, HD) * scale;
+        s[tau] = (f32 ? s[tau] : kernels::dot(qi, kv_row(true, tau) + j * HD, HD)) * scale;
         mx = std::max(mx, s[tau]);
       }
       float sum = 0.0f;
@@ -87,7 +89,13 @@ void attention_forward(const AttentionWeights& w, const io::ModelConfig& c, cons
       const float inv = 1.0f / sum;
       float* o = ctx.data() + t * QW + i * HD;
       std::fill(o, o + HD, 0.0f);
-      for (int64_t tau = 0; tau <= pos; ++tau) kernels::axpy(s[tau] * inv, kv_row(false, tau) + j * HD, o, HD);
+      if (f32) {  // the values in place, o held in registers across them (the same bits)
+        for (int64_t tau = 0; tau <= pos; ++tau) s[tau] = s[tau] * inv;
+        kernels::axpy_rows(s.data(), pos + 1, kv.f32_row(false, 0, KVW) + j * HD, KVW, o, HD);
+      } else {
+        for (int64_t tau = 0; tau <= pos; ++tau)
+          kernels::axpy(s[tau] * inv, kv_row(false, tau) + j * HD, o, HD);
+      }
     }
   });
   kernels::linear(w.o_proj, ctx.data(), T, QW, out, H, tc);
