@@ -1,5 +1,7 @@
 #include "kernels/linear.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -106,6 +108,31 @@ bool cpu_is_intel() {
     return __builtin_cpu_is("intel");
   }();
   return intel;
+}
+
+namespace {
+WideBlocking cache_blocking() {
+  const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  const int64_t l1d = l1 > 0 ? l1 : 32 << 10, l2c = l2 > 0 ? l2 : 1 << 20;
+  return WideBlocking{l1d >= (48 << 10) ? 384 : 256,
+                      std::clamp<int64_t>(l2c / 8 * 3, 128 << 10, 768 << 10)};
+}
+// The blocking in use: the caches', or a test's (set_wide_blocking).
+std::atomic<int64_t>& wide_slot(bool k) {
+  static std::atomic<int64_t> k_chunk{cache_blocking().k_chunk},
+      row_bytes{cache_blocking().row_bytes};
+  return k ? k_chunk : row_bytes;
+}
+}  // namespace
+
+WideBlocking wide_blocking() {
+  return {wide_slot(true).load(std::memory_order_relaxed),
+          wide_slot(false).load(std::memory_order_relaxed)};
+}
+void set_wide_blocking(WideBlocking b) {
+  if (b.k_chunk <= 0) b = cache_blocking();
+  wide_slot(true).store(std::max<int64_t>(16, b.k_chunk / 16 * 16));
+  wide_slot(false).store(std::max<int64_t>(1, b.row_bytes));
 }
 
 const char* bf16_kernel_name(Isa isa) {

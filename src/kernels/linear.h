@@ -81,6 +81,18 @@ bool cpu_splits_512bit_ops();
 // the weights to f32 once (range_fp8_avx512_wide, range_dense_avx512_wide; the same bits, faster
 // on the one Intel Xeon measured, where on Zen 5 sweeping in registers was).
 bool cpu_is_intel();
+// The AVX-512 wide passes' blocking (range_wide_z), from this CPU's caches as sysconf reports
+// them (32 KB L1D and 1 MB L2 where it reports none): k chunks of 384 where L1D holds 48 KB
+// (16 outputs' weights, 6 rows' activations and their parked accumulators: 39 KB), else 256
+// (28 KB); row blocks of activations within 3/8 of L2, at most 768 KB (measured on a Xeon with 2
+// MB of L2: 1.25 MB blocks ran no faster).
+struct WideBlocking {
+  int64_t k_chunk, row_bytes;
+};
+WideBlocking wide_blocking();
+// Tests: run the wide passes with another blocking (k_chunk rounded down to a multiple of 16);
+// k_chunk <= 0 restores the caches'. Process-wide, like set_active_isa.
+void set_wide_blocking(WideBlocking b);
 // Which kernels Arith::Bf16's NVFP4 and FP8 products run at `isa`: "avx512_bf16" (with a note on
 // Zen 4, cpu_splits_512bit_ops), "avx2" or "reference".
 const char* bf16_kernel_name(Isa isa);

@@ -456,18 +456,18 @@ inline void rows_z(const PackedWeight& w, const float* x, int64_t xs, float* y, 
 }
 
 // Wide passes (>= kWideRows rows, prefill): GEMM blocking. Rows go in blocks whose activations
-// (~kWideRowBytes) stay in L2; within a block, the weights are decoded to f32 once per block of
-// kWideOut outputs and reused by every row, so the loop is FMA-bound rather than decode-bound.
-// k runs in chunks of kWideK: one chunk of the block's weights and of a row group's activations
-// stay in L1 while every tile passes over them, each copied chunk-major (contiguous per chunk) so
-// that a tile's loads walk a few consecutive lines; accumulators are parked in memory between
-// chunks. Tiles are kWideTileR rows x kWideTileO outputs. Each (row, output) still accumulates
-// k = 0, 16, 32, ... into its own 16 lanes in order, then finishes as finish_z does: the
-// canonical order, bit for bit.
-// 6 x 4 and k chunks of 384 (24 KB of weights, 9 KB of activations, 6 KB of accumulators) measured
-// best of 4 x 4, 4 x 6, 6 x 4 at 256, 384, 512 on the Xeon (docs/PERFORMANCE.md).
+// (wide_blocking().row_bytes) stay in L2; within a block, the weights are decoded to f32 once per
+// block of kWideOut outputs and reused by every row, so the loop is FMA-bound rather than
+// decode-bound. k runs in chunks (wide_blocking().k_chunk): one chunk of the block's weights and
+// of a row group's activations stay in L1 while every tile passes over them, each copied
+// chunk-major (contiguous per chunk) so that a tile's loads walk a few consecutive lines;
+// accumulators are parked in memory between chunks. Tiles are kWideTileR rows x kWideTileO
+// outputs. Each (row, output) still accumulates k = 0, 16, 32, ... into its own 16 lanes in
+// order, then finishes as finish_z does: the canonical order, bit for bit.
+// 6 x 4 tiles at k chunks of 384 measured best of 4 x 4, 4 x 6, 6 x 4 at 256, 384, 512 on the
+// Xeon (docs/PERFORMANCE.md).
 constexpr int kWideTileR = 6, kWideTileO = 4;
-constexpr int64_t kWideOut = 16, kWideK = 384, kWideRowBytes = 768 << 10;
+constexpr int64_t kWideOut = 16;
 static_assert(kWideOut % kWideTileO == 0);
 
 // Calls f.template operator()<C>() with C = min(Max, n), n >= 1: a tile dimension as a constant.
@@ -514,11 +514,13 @@ void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
                   int64_t ys, int64_t o_begin, int64_t o_end) {
   constexpr int TR = kWideTileR, TO = kWideTileO;
   const int64_t K = w.cols, K16 = K - K % 16, KT = K - K16;
-  // Row blocks of equal size (a multiple of TR) whose activations fit kWideRowBytes.
-  const int64_t fit = std::max<int64_t>(TR, kWideRowBytes / (K * 4) / TR * TR);
+  const WideBlocking blocking = wide_blocking();
+  const int64_t kc = blocking.k_chunk;
+  // Row blocks of equal size (a multiple of TR) whose activations fit blocking.row_bytes.
+  const int64_t fit = std::max<int64_t>(TR, blocking.row_bytes / (K * 4) / TR * TR);
   const int64_t n_blocks = (n_rows + fit - 1) / fit;
   const int64_t mb = ((n_rows + n_blocks - 1) / n_blocks + TR - 1) / TR * TR;
-  // Chunk c holds k in [c kWideK, min(K16, (c + 1) kWideK)), width wc; element (i, k) of a
+  // Chunk c holds k in [c kc, min(K16, (c + 1) kc)), width wc; element (i, k) of a
   // chunk-major copy with m rows sits at m k0 + i wc + (k - k0). k in [K16, K) stays apart.
   const auto wbuf = alloc_aligned64<float>(size_t(kWideOut * K16));
   const auto wtail = alloc_aligned64<float>(size_t(kWideOut * KT));
@@ -529,14 +531,14 @@ void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
   const auto tile_acc = [&](int64_t g, int64_t jt) {
     return acc.get() + (g * (kWideOut / TO) + jt) * TR * TO * 16;
   };
-  const int64_t n_chunks = (K16 + kWideK - 1) / kWideK;
+  const int64_t n_chunks = (K16 + kc - 1) / kc;
   float post[kWideOut];
   D d;
   d.init(w);
   for (int64_t r0 = 0; r0 < n_rows; r0 += mb) {
     const int64_t m = std::min(mb, n_rows - r0);
-    for (int64_t k0 = 0; k0 < K16; k0 += kWideK) {
-      const int64_t wc = std::min(kWideK, K16 - k0);
+    for (int64_t k0 = 0; k0 < K16; k0 += kc) {
+      const int64_t wc = std::min(kc, K16 - k0);
       for (int64_t i = 0; i < m; ++i)
         std::memcpy(xbuf.get() + m * k0 + i * wc, x + (r0 + i) * xs + k0, size_t(wc) * 4);
     }
@@ -544,8 +546,8 @@ void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
       const int64_t no = std::min(o_end, o0 + kWideOut) - o0;
       for (int64_t j = 0; j < no; ++j) {
         d.row(o0 + j);
-        for (int64_t k0 = 0; k0 < K16; k0 += kWideK) {
-          const int64_t wc = std::min(kWideK, K16 - k0);
+        for (int64_t k0 = 0; k0 < K16; k0 += kc) {
+          const int64_t wc = std::min(kc, K16 - k0);
           float* wr = wbuf.get() + no * k0 + j * wc - k0;
           for (int64_t k = k0; k < k0 + wc; k += 16) _mm512_store_ps(wr + k, d.decode16z(k));
         }
@@ -553,7 +555,7 @@ void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
         post[j] = d.post();
       }
       for (int64_t c = 0; c < n_chunks; ++c) {
-        const int64_t k0 = c * kWideK, wc = std::min(kWideK, K16 - k0);
+        const int64_t k0 = c * kc, wc = std::min(kc, K16 - k0);
         for (int64_t g = 0; g * TR < m; ++g)
           with_count<TR>(m - TR * g, [&]<int R>() {
             for (int64_t j = 0; j < no; j += TO)

@@ -120,8 +120,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Both AVX-512 dense kernels, whichever this CPU selects (cpu_is_intel): passes swept in
 // registers at every width, or from 32 rows the weights decoded to f32 once (row blocks of
-// ~768 KB of activations: 72 rows at K = 2688, so 80 and 150 rows run as 2 and 3 blocks), on
-// output ranges that split the 16-output blocks.
+// activations within wide_blocking().row_bytes: at K = 2688, 72 rows with 2 MB of L2, 30 with
+// 1 MB, so 80 and 150 rows run as several blocks), on output ranges that split the 16-output
+// blocks.
 TEST(DenseLinear, BothAvx512KernelsEqualTheReference) {
   if (detected_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
   int compared = 0;
