@@ -236,28 +236,23 @@ void range_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x
 #pragma GCC pop_options
 
 // ---- Row tiles and output blocks (shared by every ISA's kernels; no intrinsics) ----
-// Calls f.template operator()<R>() with R = min(Max, rows): a row tile's size as a constant.
-// Max is 4, or 8 for NVFP4 with bf16 activations (the f32 tiles measured slower at 8 rows).
+// Calls f.template operator()<C>() with C = min(Max, n), n >= 1: a tile dimension as a constant.
+template <int Max, int C = 1, class F>
+inline void with_count(int64_t n, F&& f) {
+  if constexpr (C == Max)
+    f.template operator()<C>();
+  else if (n <= C)
+    f.template operator()<C>();
+  else
+    with_count<Max, C + 1>(n, f);
+}
+
+// A row tile's size as a constant, R = min(Max, rows). Max is 4, or 8 for NVFP4 with bf16
+// activations (the f32 tiles measured slower at 8 rows).
 template <int Max = 4, class F>
 inline void with_row_tile(int64_t rows, F&& f) {
   static_assert(Max == 4 || Max == 8);
-  if constexpr (Max == 8)
-    if (rows > 4) {
-      if (rows == 5) return f.template operator()<5>();
-      if (rows == 6) return f.template operator()<6>();
-      if (rows == 7) return f.template operator()<7>();
-      return f.template operator()<8>();
-    }
-  switch (std::min<int64_t>(4, rows)) {
-    case 1:
-      return f.template operator()<1>();
-    case 2:
-      return f.template operator()<2>();
-    case 3:
-      return f.template operator()<3>();
-    default:
-      return f.template operator()<4>();
-  }
+  with_count<Max>(rows, f);
 }
 
 // Arith::Bf16 on AVX2 (no VDPBF16PS): x~ of one row laid out so that an 8-lane f32 vector takes
@@ -469,17 +464,6 @@ inline void rows_z(const PackedWeight& w, const float* x, int64_t xs, float* y, 
 constexpr int kWideTileR = 6, kWideTileO = 4;
 constexpr int64_t kWideOut = 16;
 static_assert(kWideOut % kWideTileO == 0);
-
-// Calls f.template operator()<C>() with C = min(Max, n), n >= 1: a tile dimension as a constant.
-template <int Max, int C = 1, class F>
-inline void with_count(int64_t n, F&& f) {
-  if constexpr (C == Max)
-    f.template operator()<C>();
-  else if (n <= C)
-    f.template operator()<C>();
-  else
-    with_count<Max, C + 1>(n, f);
-}
 
 // R rows x O outputs over n (a multiple of 16) consecutive k: weights at wr + j * n, activations
 // at x + r * n; acc holds [R][O] vectors of 16 lanes, started at +0 unless resume.
