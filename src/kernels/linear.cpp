@@ -119,8 +119,8 @@ WideBlocking cache_blocking() {
 }
 // The blocking in use: the caches', or a test's (set_wide_blocking).
 std::atomic<int64_t>& wide_slot(bool k) {
-  static std::atomic<int64_t> k_chunk{cache_blocking().k_chunk},
-      row_bytes{cache_blocking().row_bytes};
+  static const WideBlocking caches = cache_blocking();
+  static std::atomic<int64_t> k_chunk{caches.k_chunk}, row_bytes{caches.row_bytes};
   return k ? k_chunk : row_bytes;
 }
 }  // namespace
