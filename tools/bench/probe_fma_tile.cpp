@@ -4,8 +4,10 @@
 // K) and activations (R x K) in k chunks of k1 as range_wide_z runs it, with the operands 64-byte
 // aligned or 16 bytes off (a split cache line per 512-bit load). ns per FMA, best of 15. The loop
 // is its own copy of tile_f32z's as it was when these were measured (4 rows x 4 outputs over k
-// chunks of 256, operands at stride K); since 1f40e39 the engine runs 6 x 4 over chunk-major
-// copies in chunks of 384 (docs/PERFORMANCE.md, "wide passes blocked like a GEMM").
+// chunks of 256, operands at stride K), with unaligned loads so that the misaligned cases can run
+// (the engine's tile loads aligned, and would fault on them); since 1f40e39 the engine runs 6 x 4
+// over chunk-major copies in chunks of 384 (docs/PERFORMANCE.md, "wide passes blocked like a
+// GEMM").
 // Not part of the build:
 //   g++ -O2 -std=c++20 -mavx512f -mfma -o /tmp/probe_fma_tile tools/bench/probe_fma_tile.cpp &&
 //   /tmp/probe_fma_tile
