@@ -3,7 +3,7 @@
 // for verify passes: tried, not kept". Crafted sums first (is a pair, or the whole instruction,
 // summed before it is added to C?), then random bf16 data, counting the sums each model misses.
 // Not part of the build; needs a CPU with AMX-BF16 and Linux >= 5.16:
-//   g++ -O2 -std=c++20 -mamx-tile -mamx-bf16 -o /tmp/probe_amx_rounding
+//   g++ -O2 -std=c++20 -Isrc -mamx-tile -mamx-bf16 -o /tmp/probe_amx_rounding
 //       tools/bench/probe_amx_rounding.cpp   (one command)
 //   /tmp/probe_amx_rounding
 #include <immintrin.h>
@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/numeric.h"
+
 namespace {
 
 struct alignas(64) TileConfig {
@@ -27,18 +29,6 @@ struct alignas(64) TileConfig {
   uint16_t colsb[16] = {};
   uint8_t rows[16] = {};
 };
-
-uint16_t to_bf16(float f) {  // truncation: every input below is exact in bf16
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return uint16_t(u >> 16);
-}
-float from_bf16(uint16_t h) {
-  const uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // C (16 x 16 f32) += A (16 x 32 bf16) . B (16 pairs x 16 columns, VNNI layout).
 void tdpbf16ps(const uint16_t* a, const uint16_t* b, float* c) {
@@ -59,7 +49,7 @@ float one_sum(float c0, const std::vector<float>& a) {
   alignas(64) float C[256] = {};
   C[0] = c0;
   for (size_t k = 0; k < a.size(); ++k)
-    A[k] = to_bf16(a[k]), B[(k / 2) * 32 + k % 2] = to_bf16(1.0f);
+    A[k] = nemo::f32_to_bf16(a[k]), B[(k / 2) * 32 + k % 2] = nemo::f32_to_bf16(1.0f);
   tdpbf16ps(A, B, C);
   return C[0];
 }
@@ -123,13 +113,13 @@ int main() {
          for (int i = 0; i < 16; ++i) e[i] = p[2 * i], o[i] = p[2 * i + 1];
          return c + (tree(e, 16) + tree(o, 16));
        }},
-      {"exact sum of 32 (double), then C",
+      {"the 32 summed in double, then C",
        [](float c, const float* p) {
          double s = 0;
          for (int i = 0; i < 32; ++i) s += p[i];
          return c + float(s);
        }},
-      {"exact sum of C and 32 (double)",
+      {"C and the 32 summed in double",
        [](float c, const float* p) {
          double s = c;
          for (int i = 0; i < 32; ++i) s += p[i];
@@ -143,8 +133,8 @@ int main() {
   std::vector<long> miss(models.size(), 0);
   long total = 0;
   for (int it = 0; it < 300; ++it) {
-    for (auto& a : A) a = to_bf16(nd(g) * std::ldexp(1.0f, int(g() % 16) - 8));
-    for (auto& b : B) b = to_bf16(nd(g));
+    for (auto& a : A) a = nemo::f32_to_bf16(nd(g) * std::ldexp(1.0f, int(g() % 16) - 8));
+    for (auto& b : B) b = nemo::f32_to_bf16(nd(g));
     for (auto& c : C0) c = nd(g);
     std::memcpy(C, C0, sizeof C);
     tdpbf16ps(A, B, C);
@@ -152,7 +142,8 @@ int main() {
       for (int n = 0; n < 16; ++n) {
         float p[32];  // bf16 x bf16 is exact in f32
         for (int k = 0; k < 32; ++k)
-          p[k] = from_bf16(A[m * 32 + k]) * from_bf16(B[(k / 2) * 32 + n * 2 + k % 2]);
+          p[k] =
+              nemo::bf16_to_f32(A[m * 32 + k]) * nemo::bf16_to_f32(B[(k / 2) * 32 + n * 2 + k % 2]);
         for (size_t i = 0; i < models.size(); ++i)
           if (models[i].second(C0[m * 16 + n], p) != C[m * 16 + n]) ++miss[i];
         ++total;
