@@ -114,8 +114,10 @@ namespace {
 WideBlocking cache_blocking() {
   const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
   const int64_t l1d = l1 > 0 ? l1 : 32 << 10, l2c = l2 > 0 ? l2 : 1 << 20;
-  return WideBlocking{l1d >= (48 << 10) ? 384 : 256,
-                      std::clamp<int64_t>(l2c / 8 * 3, 128 << 10, 768 << 10)};
+  // Where 512-bit FMAs issue at half rate (Zen 4), tiles stream whole rows from L2 faster than
+  // they park accumulators between chunks (docs/PERFORMANCE.md, 2026-12-04).
+  const int64_t k_chunk = cpu_splits_512bit_ops() ? kWholeRow : l1d >= (48 << 10) ? 384 : 256;
+  return WideBlocking{k_chunk, std::clamp<int64_t>(l2c / 8 * 3, 128 << 10, 768 << 10)};
 }
 // The blocking in use: the caches', or a test's (set_wide_blocking).
 std::atomic<int64_t>& wide_slot(bool k) {

@@ -269,8 +269,8 @@ TEST(LinearPacked, BothFp8Avx512KernelsEqualTheReference) {
 // Prefill widths: range_wide_z splits the rows into blocks whose activations fit L2, copies them
 // chunk-major, and finishes 16 outputs at once; FP8 at K = 2696 leaves a tail of 8 after the
 // last 16. Under each blocking a CPU may pick (wide_blocking: k chunks of 384 and 768 KB row
-// blocks, 72 rows at K = 2688; 256 and 384 KB, 30 rows) and a small one (k 112, 64 KB: blocks of
-// 6 rows).
+// blocks, 72 rows at K = 2688; 256 and 384 KB, 30 rows; whole rows and 768 KB) and a small one
+// (k 112, 64 KB: blocks of 6 rows).
 TEST(LinearPacked, WidePassesOverRowBlocksEqualTheReference) {
   if (detected_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
   const int64_t row_counts[] = {73, 150};
@@ -280,7 +280,8 @@ TEST(LinearPacked, WidePassesOverRowBlocksEqualTheReference) {
     nvfp4.push_back(make_nvfp4(rows, cols, uint32_t(rows * 19 + cols)));
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{40, 2688}, {21, 2696}})
     fp8.push_back(make_fp8(rows, cols, uint32_t(rows * 23 + cols)));
-  for (WideBlocking b : {WideBlocking{384, 768 << 10}, {256, 384 << 10}, {112, 64 << 10}}) {
+  for (WideBlocking b :
+       {WideBlocking{384, 768 << 10}, {256, 384 << 10}, {kWholeRow, 768 << 10}, {112, 64 << 10}}) {
     set_wide_blocking(b);
     EXPECT_EQ(expect_equal_reference(nvfp4, detail::range_nvfp4_ref,
                                      {detail::range_nvfp4_avx512, detail::range_nvfp4_avx512_table},
