@@ -771,17 +771,32 @@ template <class T, int R, int O>
     prefetch_tile_bf16<T, R, O>(c, k0);
     chunk(k0, 0, nullptr);
   }
-  alignas(64) float halves[R][O][2][8], lanes[R][O][16];
+  // finish_lanes of lanes l = 4a + 2b + c = acc_b[2a + c], without leaving the registers (the
+  // lanes staged through memory by scalar stores and read back as one zmm cost ~5 % of a one-row
+  // pass on Zen 4: docs/PERFORMANCE.md, 2026-12-04). Its v[l] = lane l + lane l + 8 is
+  // s_b[2a + c] with s_b[i] = acc_b[i] + acc_b[i + 4] (a < 2), and hsum8_fixed(v) =
+  // ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)) = ((s0[0] + s0[2]) + (s1[0] + s1[2])) +
+  // ((s0[1] + s0[3]) + (s1[1] + s1[3])): the same adds of the same operands.
+  const int64_t KT = K - K32;
+  typename T::Ref d;
+  d.init(w);
 #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
+  for (int j = 0; j < O; ++j) {
+    d.row(o + j);
 #pragma GCC unroll 16
-    for (int j = 0; j < O; ++j) {
-      _mm256_store_ps(halves[r][j][0], acc0[r][j]);
-      _mm256_store_ps(halves[r][j][1], acc1[r][j]);
-      for (int l = 0; l < 16; ++l)
-        lanes[r][j][l] = halves[r][j][(l >> 1) & 1][2 * (l >> 2) + (l & 1)];
+    for (int r = 0; r < R; ++r) {
+      const __m128 s0 =
+          _mm_add_ps(_mm256_castps256_ps128(acc0[r][j]), _mm256_extractf128_ps(acc0[r][j], 1));
+      const __m128 s1 =
+          _mm_add_ps(_mm256_castps256_ps128(acc1[r][j]), _mm256_extractf128_ps(acc1[r][j], 1));
+      const __m128 q =
+          _mm_add_ps(_mm_add_ps(s0, _mm_movehl_ps(s0, s0)), _mm_add_ps(s1, _mm_movehl_ps(s1, s1)));
+      const float s = _mm_cvtss_f32(q) + _mm_cvtss_f32(_mm_movehdup_ps(q));
+      float t = 0.0f;
+      for (int64_t k = K32; k < K; ++k) t = std::fma(d.at(k), xt[r * KT + (k - K32)], t);
+      y[r * ys + o + j] = (s + t) * d.post();
     }
-  finish_tile_bf16<T, R, O>(w, xt, y, ys, o, lanes);
+  }
 }
 
 template <class T, int R>
