@@ -215,6 +215,8 @@ struct Fp8Bf16Z {
   // (1.58 vs 1.63 ms); 4 rows, every kind the same (none: 1.45x slower).
   static constexpr auto kPrefetchOneRow = packed::TilePrefetch::kNextTileL2;
   static constexpr auto kPrefetchRows = packed::TilePrefetch::kRows;
+  // Staged finish (tile_bf16_z): from the accumulators it measured mixed (0.97-1.2x, busy host).
+  static constexpr bool kFinishInRegisters = false;
   struct Cursor {
     const uint8_t* codes;
     int64_t K;

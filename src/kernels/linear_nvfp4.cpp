@@ -334,6 +334,9 @@ struct Nvfp4Bf16Z {
   // ms); L2 leaves L1 to the rows' activations.
   static constexpr auto kPrefetchOneRow = packed::TilePrefetch::kNextTile;
   static constexpr auto kPrefetchRows = packed::TilePrefetch::kNextTileL2;
+  // tile_bf16_z finishes from its accumulators rather than through a staged copy: 4 rows 1.06x
+  // (lm_head 24.9 -> 23.5 ms streamed, Zen 4; docs/PERFORMANCE.md, 2026-12-04).
+  static constexpr bool kFinishInRegisters = true;
   struct Cursor {
     const uint8_t* codes;
     const uint8_t* scales;
