@@ -636,20 +636,23 @@ inline void prefetch_tile_bf16(const typename T::Cursor (&c)[O], int64_t k0) {
     c[0].template prefetch_next_tile<O, how == TilePrefetch::kNextTileL2>(k0 / T::kPrefetchK);
 }
 
-// The end of a tile: each (r, j) from its 16 lanes (in tile_bf16_z's order) and its tail, as the
-// f32 kernels finish (finish_lanes).
-template <class T, int R, int O>
-inline void finish_tile_bf16(const PackedWeight& w, const float* xt, float* y, int64_t ys,
-                             int64_t o, const float (&lanes)[R][O][16]) {
-  const int64_t K = w.cols, K32 = K - K % 32;
+// The end of a tile: y(r, j) = fin(r, j, t, post), t the tail [K32, K) of row r and output
+// o + j, fin the canonical finish of its accumulated lanes (finish_lanes, as the f32 kernels
+// finish). The loops are unrolled so that fin may read accumulators in registers.
+template <class T, int R, int O, class Fin>
+[[gnu::always_inline]] inline void finish_tile_bf16(const PackedWeight& w, const float* xt,
+                                                    float* y, int64_t ys, int64_t o, Fin&& fin) {
+  const int64_t K = w.cols, K32 = K - K % 32, KT = K - K32;
   typename T::Ref d;
   d.init(w);
+#pragma GCC unroll 16
   for (int j = 0; j < O; ++j) {
     d.row(o + j);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       float t = 0.0f;
-      for (int64_t k = K32; k < K; ++k) t = std::fma(d.at(k), xt[r * (K - K32) + (k - K32)], t);
-      y[r * ys + o + j] = finish_lanes(_mm512_loadu_ps(lanes[r][j]), t, d.post());
+      for (int64_t k = K32; k < K; ++k) t = std::fma(d.at(k), xt[r * KT + (k - K32)], t);
+      y[r * ys + o + j] = fin(r, j, t, d.post());
     }
   }
 }
@@ -684,26 +687,18 @@ template <class T, int R, int O>
   }
   if constexpr (T::kFinishInRegisters) {
     // Straight from the accumulators: NVFP4 4 rows 1.06x on Zen 4 (docs/PERFORMANCE.md).
-    const int64_t KT = K - K32;
-    typename T::Ref d;
-    d.init(w);
-#pragma GCC unroll 16
-    for (int j = 0; j < O; ++j) {
-      d.row(o + j);
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) {
-        float t = 0.0f;
-        for (int64_t k = K32; k < K; ++k) t = std::fma(d.at(k), xt[r * KT + (k - K32)], t);
-        y[r * ys + o + j] = finish_lanes(acc[r][j], t, d.post());
-      }
-    }
+    finish_tile_bf16<T, R, O>(w, xt, y, ys, o, [&](int r, int j, float t, float post) {
+      return finish_lanes(acc[r][j], t, post);
+    });
   } else {
     alignas(64) float lanes[R][O][16];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
       for (int j = 0; j < O; ++j) _mm512_store_ps(lanes[r][j], acc[r][j]);
-    finish_tile_bf16<T, R, O>(w, xt, y, ys, o, lanes);
+    finish_tile_bf16<T, R, O>(w, xt, y, ys, o, [&](int r, int j, float t, float post) {
+      return finish_lanes(_mm512_loadu_ps(lanes[r][j]), t, post);
+    });
   }
 }
 
@@ -795,26 +790,15 @@ template <class T, int R, int O>
   // s_b[2a + c] with s_b[i] = acc_b[i] + acc_b[i + 4] (a < 2), and hsum8_fixed(v) =
   // ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)) = ((s0[0] + s0[2]) + (s1[0] + s1[2])) +
   // ((s0[1] + s0[3]) + (s1[1] + s1[3])): the same adds of the same operands.
-  const int64_t KT = K - K32;
-  typename T::Ref d;
-  d.init(w);
-#pragma GCC unroll 16
-  for (int j = 0; j < O; ++j) {
-    d.row(o + j);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const __m128 s0 =
-          _mm_add_ps(_mm256_castps256_ps128(acc0[r][j]), _mm256_extractf128_ps(acc0[r][j], 1));
-      const __m128 s1 =
-          _mm_add_ps(_mm256_castps256_ps128(acc1[r][j]), _mm256_extractf128_ps(acc1[r][j], 1));
-      const __m128 q =
-          _mm_add_ps(_mm_add_ps(s0, _mm_movehl_ps(s0, s0)), _mm_add_ps(s1, _mm_movehl_ps(s1, s1)));
-      const float s = _mm_cvtss_f32(q) + _mm_cvtss_f32(_mm_movehdup_ps(q));
-      float t = 0.0f;
-      for (int64_t k = K32; k < K; ++k) t = std::fma(d.at(k), xt[r * KT + (k - K32)], t);
-      y[r * ys + o + j] = (s + t) * d.post();
-    }
-  }
+  finish_tile_bf16<T, R, O>(w, xt, y, ys, o, [&](int r, int j, float t, float post) {
+    const __m128 s0 =
+        _mm_add_ps(_mm256_castps256_ps128(acc0[r][j]), _mm256_extractf128_ps(acc0[r][j], 1));
+    const __m128 s1 =
+        _mm_add_ps(_mm256_castps256_ps128(acc1[r][j]), _mm256_extractf128_ps(acc1[r][j], 1));
+    const __m128 q =
+        _mm_add_ps(_mm_add_ps(s0, _mm_movehl_ps(s0, s0)), _mm_add_ps(s1, _mm_movehl_ps(s1, s1)));
+    return (_mm_cvtss_f32(q) + _mm_cvtss_f32(_mm_movehdup_ps(q)) + t) * post;
+  });
 }
 
 template <class T, int R>
