@@ -84,7 +84,7 @@ bool cpu_is_intel();
 // The AVX-512 wide passes' blocking (range_wide_z), from this CPU's caches as sysconf reports
 // them (32 KB L1D and 1 MB L2 where it reports none): k chunks of 384 where L1D holds 48 KB
 // (16 outputs' weights, 6 rows' activations and their parked accumulators: 39 KB), else 256
-// (28 KB), and no chunks (kWholeRow) where 512-bit operations are split (Zen 4: 1.13-1.3x
+// (28 KB), and no chunks (kWholeRow) where 512-bit operations are split (Zen 4: 1.22-1.26x
 // faster than 256 there); row blocks of activations within 3/8 of L2, at most 768 KB (measured
 // on a Xeon with 2 MB of L2: 1.25 MB blocks ran no faster).
 struct WideBlocking {
