@@ -3,11 +3,17 @@
 // tile's accumulators on the stack"). Small matrices (64 x 2688 NVFP4, 86 KB) stay in L2, where a
 // tile is compute-bound and a noisy host disturbs the time least; large ones (65536 x 2688 FP8,
 // 176 MB) stream from memory. Prints microseconds per call.
+// Optional (docs/PERFORMANCE.md, "Zen 4: the GEMM-blocked wide passes, measured at last"): MODE =
+// auto (linear_range), swept / wide (FP8 or bf16 through range_*_avx512 or range_*_avx512_wide),
+// chunkN (linear_range on N rows at a time: NVFP4 swept below 16 rows); then the wide passes' k
+// chunk and row-block bytes (set_wide_blocking).
 // Not part of the build; after a release build into build/:
 //   g++ -O2 -std=c++20 -Isrc -o /tmp/probe_linear_range tools/bench/probe_linear_range.cpp \
 //       build/libnemotron_kernels.a build/libnemotron_base.a -lfmt -fopenmp
 //   /tmp/probe_linear_range nvfp4 64 2688 1 bf16     # FORMAT OUTPUTS K ROWS ARITH
 //   /tmp/probe_linear_range fp8 65536 2688 1 f32
+//   /tmp/probe_linear_range nvfp4 1856 2688 24 f32 auto 2688 786432  # MODE K_CHUNK ROW_BYTES
+//   /tmp/probe_linear_range nvfp4 1856 2688 24 f32 chunk12
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -20,12 +26,15 @@
 
 #include "base/memory.h"
 #include "kernels/linear.h"
+#include "kernels/linear_impl.h"
 
 using namespace nemo::kernels;
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::fprintf(stderr, "usage: %s nvfp4|fp8|bf16 OUTPUTS K ROWS f32|bf16\n", argv[0]);
+  if (argc < 6) {
+    std::fprintf(stderr,
+                 "usage: %s nvfp4|fp8|bf16 OUTPUTS K ROWS f32|bf16 [MODE [K_CHUNK [ROW_BYTES]]]\n",
+                 argv[0]);
     return 2;
   }
   const bool nvfp4 = std::strcmp(argv[1], "nvfp4") == 0, bf16 = std::strcmp(argv[1], "bf16") == 0;
@@ -58,14 +67,35 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> nd;
   for (auto& v : x) v = nd(g);
   const int reps = int(std::max<int64_t>(1, 20000000 / (outputs * K)));
+  const char* mode = argc > 6 ? argv[6] : "auto";
+  if (argc > 7) set_wide_blocking({std::atoll(argv[7]), argc > 8 ? std::atoll(argv[8]) : 786432});
+  const bool direct = !std::strcmp(mode, "wide") || !std::strcmp(mode, "swept");
+  if (direct && nvfp4) {
+    std::fprintf(stderr, "MODE %s: FP8 and bf16 only (NVFP4: auto or chunkN)\n", mode);
+    return 2;
+  }
+  auto fn = [&]() -> nemo::kernels::detail::RangeFn {
+    using namespace nemo::kernels::detail;
+    if (!std::strcmp(mode, "wide")) return bf16 ? range_dense_avx512_wide : range_fp8_avx512_wide;
+    if (!std::strcmp(mode, "swept")) return bf16 ? range_dense_avx512 : range_fp8_avx512;
+    return nullptr;
+  }();
   double best = 1e30;
   for (int round = 0; round < 15; ++round) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < reps; ++i)
-      linear_range(w, x.data(), rows, K, y.data(), outputs, 0, outputs, detected_isa());
+      if (fn)
+        fn(w, x.data(), rows, K, y.data(), outputs, 0, outputs);
+      else if (!std::strncmp(mode, "chunk", 5)) {
+        const int64_t c = std::atoll(mode + 5);
+        for (int64_t r = 0; r < rows; r += c)
+          linear_range(w, x.data() + r * K, std::min(c, rows - r), K, y.data() + r * outputs,
+                       outputs, 0, outputs, detected_isa());
+      } else
+        linear_range(w, x.data(), rows, K, y.data(), outputs, 0, outputs, detected_isa());
     const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     best = std::min(best, dt.count() / reps);
   }
-  std::printf("%s %lld x %lld, %lld rows, %s, %s: %.2f us\n", argv[1], (long long)outputs,
-              (long long)K, (long long)rows, argv[5], isa_name(detected_isa()), best * 1e6);
+  std::printf("%s %lld x %lld, %lld rows, %s, %s, %s: %.2f us\n", argv[1], (long long)outputs,
+              (long long)K, (long long)rows, argv[5], isa_name(detected_isa()), mode, best * 1e6);
 }
