@@ -210,11 +210,13 @@ inline __m512i decode32_fp8_bf16(const uint8_t* p) {
 struct Fp8Bf16Z {
   using Ref = Fp8Ref;
   static constexpr int64_t kPrefetchK = 64;  // a cache line of codes
-  // Zen 4, 1 thread, a busy host (docs/PERFORMANCE.md): one row, the next tile into L2 ran 1.25x
-  // faster than rows into L1 in one loop (in_proj 1.35-1.41 -> 1.07-1.10 ms), the same in another
-  // (1.58 vs 1.63 ms); 4 rows, every kind the same (none: 1.45x slower).
+  // Zen 4, 1 thread (docs/PERFORMANCE.md): one row, the next tile into L2 ran 1.25x faster than
+  // rows into L1 in one loop (in_proj 1.35-1.41 -> 1.07-1.10 ms, a busy host). 2-8 rows streamed
+  // from memory, on a quiet host (2026-12-04): the next tile into L2 1.1-1.6x faster than rows
+  // into L1 (41216 x 2688, 4 rows 10.1-10.3 -> 6.3-7.8 ms) and than the next tile into L1 (12.5-
+  // 15.3 ms): 4 rows of activations (21.5 KB at K = 2688) leave L1 no room for a tile in flight.
   static constexpr auto kPrefetchOneRow = packed::TilePrefetch::kNextTileL2;
-  static constexpr auto kPrefetchRows = packed::TilePrefetch::kRows;
+  static constexpr auto kPrefetchRows = packed::TilePrefetch::kNextTileL2;
   // Staged finish (tile_bf16_z): from the accumulators it measured mixed (0.97-1.2x, busy host).
   static constexpr bool kFinishInRegisters = false;
   struct Cursor {
