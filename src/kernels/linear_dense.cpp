@@ -198,13 +198,16 @@ struct DenseAvx512 : DenseRows<F> {
   // Never wide: sweeping measured 14-45 % faster at 8-64 rows (bf16; Zen 5, before the wide
   // path's scratch was 64-byte aligned); range_dense_avx512_wide is wide from 32.
   static constexpr int64_t kWideRows = INT64_MAX;
-  // 64 k of O rows: O * es lines of the next tile's rows, which are contiguous. One-row tiles
-  // only (kNextTileRows): bf16 10304 x 2688, 1 thread, best of five alternating (Zen 4): 1 row
-  // 3763 -> 3499 us, but 2 / 4 rows 3822 / 4682 -> 5031 / 6044.
+  // 64 k of O rows: O * es lines of the next tile's rows, which are contiguous. Into L1 in one-row
+  // tiles (kNextTileRows): bf16 10304 x 2688, 1 thread, best of five alternating (Zen 4): 1 row
+  // 3763 -> 3499 us, but 2 / 4 rows 3822 / 4682 -> 5031 / 6044. Into L2 in the others
+  // (kNextTileL2Rows), whose f32 activations (4 rows x 2688: 43 KB) leave L1 no room: 2 / 4 rows
+  // 4120-4663 / 4452-5011 -> 2987-3308 / 2978-3185 us than row by row into L1 (Zen 4, 2026-12-04).
   static constexpr int kNextTileRows = 1;
-  template <int O>
+  static constexpr int kNextTileL2Rows = 4;
+  template <int O, bool L2>
   void prefetch_next_tile(int64_t step) const {
-    packed::prefetch_lines<int(O * es)>(p + O * K * es, step);
+    packed::prefetch_lines<int(O * es), L2>(p + O * K * es, step);
   }
   __m512 decode16z(int64_t k) const {
     if constexpr (F == WeightFormat::BF16) {

@@ -87,13 +87,16 @@ struct Fp8Avx512 : Fp8Ref {
   void prefetch(int64_t k, int64_t ahead) const {
     _mm_prefetch(reinterpret_cast<const char*>(rd + ahead * K + k), _MM_HINT_T0);
   }
-  // 64 k of O rows: O lines of the next tile's rows, which are contiguous. One-row tiles only:
-  // 65536 x 2688 (176 MB), 1 thread, Zen 4: 1 row 13.3 -> 11.0 ms (best of five alternating), 2 /
-  // 4 rows slower with it (14.3 / 17.9 -> 16.9 / 20.3).
+  // 64 k of O rows: O lines of the next tile's rows, which are contiguous. Into L1 in one-row
+  // tiles: 65536 x 2688 (176 MB), 1 thread, Zen 4: 1 row 13.3 -> 11.0 ms (best of five
+  // alternating), 2 / 4 rows slower with it (14.3 / 17.9 -> 16.9 / 20.3). Into L2 in the others:
+  // 41216 x 2688, 2 rows 8932-9203 -> 7759-9035 us than row by row, 4 rows equal (10543-11865 /
+  // 10165-12261: FMA-bound); Zen 4, 2026-12-04.
   static constexpr int kNextTileRows = 1;
-  template <int O>
+  static constexpr int kNextTileL2Rows = 4;
+  template <int O, bool L2>
   void prefetch_next_tile(int64_t step) const {
-    packed::prefetch_lines<O>(rd + O * K, step);
+    packed::prefetch_lines<O, L2>(rd + O * K, step);
   }
   __m512 decode16z(int64_t k) const {
     const __m256i hi = _mm256_setr_epi8(0, 0, 0, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0, 7,  //

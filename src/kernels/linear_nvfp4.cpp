@@ -144,11 +144,11 @@ struct Nvfp4Avx512 : Nvfp4Ref {
   // 64 k of O rows: O / 2 lines of codes, and every 4 steps O / 4 lines of scales. Every tile of
   // 1-4 rows (kNextTileRows; docs/PERFORMANCE.md).
   static constexpr int kNextTileRows = 4;
-  template <int O>
+  template <int O, bool L2>
   void prefetch_next_tile(int64_t step) const {
     static_assert(O % 4 == 0);
-    packed::prefetch_lines<O / 2>(rd + O * (K / 2), step);
-    if ((step & 3) == 0) packed::prefetch_lines<O / 4>(rs + O * (K / 16), step >> 2);
+    packed::prefetch_lines<O / 2, L2>(rd + O * (K / 2), step);
+    if ((step & 3) == 0) packed::prefetch_lines<O / 4, L2>(rs + O * (K / 16), step >> 2);
   }
   static __m512i codes(const uint8_t* p) {
     const __m512i ctrl =

@@ -320,10 +320,11 @@ inline int64_t swept_block_outputs(const PackedWeight& w) {
 // the weights are read from memory once per output block however many rows share the pass.
 //
 // AVX-512 decoders add: __m512 decode16z(int64_t k) const   // w'[k..k+15]
-//                       optional template <int O> prefetch_next_tile(int64_t step) const  // on
-//                           row o of a tile of O > 1 outputs and up to kNextTileRows rows: step's
-//                           share (k = 64 step) of the next O rows, in place of prefetch(k, O) on
-//                           each row
+//                       optional template <int O, bool L2> prefetch_next_tile(int64_t step)
+//                           const  // on row o of a tile of O > 1 outputs: step's share (k = 64
+//                           step) of the next O rows, into L1 in tiles of up to kNextTileRows
+//                           rows, into L2 in tiles of up to kNextTileL2Rows (if set), in place
+//                           of prefetch(k, O) on each row
 //                       optional __m512 decode16z_1(int64_t k) const  // the same values, for
 //                           tiles of 1-2 rows where another instruction mix measured faster
 //                       static constexpr int64_t kWideRows  // rows from which range_wide_z runs
@@ -412,13 +413,19 @@ template <class D, int R, int O>
     for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
   for (int64_t k = 0; k < K16; k += 16) {
     if ((k & 63) == 0) {
-      // The next tile as one sequential run where the decoder has it, in tiles of up to
-      // D::kNextTileRows rows (each decoder says what it measured).
+      // The next tile as one sequential run where the decoder has it: into L1 in tiles of up to
+      // D::kNextTileRows rows, into L2 in tiles of up to D::kNextTileL2Rows, where the rows'
+      // activations fill L1 (each decoder says what it measured).
       if constexpr (O > 1 && requires {
                       requires R <= D::kNextTileRows;
-                      d[0].template prefetch_next_tile<O>(k);
+                      d[0].template prefetch_next_tile<O, false>(k);
                     })
-        d[0].template prefetch_next_tile<O>(k / 64);
+        d[0].template prefetch_next_tile<O, false>(k / 64);
+      else if constexpr (O > 1 && requires {
+                           requires R <= D::kNextTileL2Rows;
+                           d[0].template prefetch_next_tile<O, true>(k);
+                         })
+        d[0].template prefetch_next_tile<O, true>(k / 64);
       else
 #pragma GCC unroll 16
         for (int j = 0; j < O; ++j) d[j].prefetch(k, O);
