@@ -198,12 +198,13 @@ struct DenseAvx512 : DenseRows<F> {
   // Never wide: sweeping measured 14-45 % faster at 8-64 rows (bf16; Zen 5, before the wide
   // path's scratch was 64-byte aligned); range_dense_avx512_wide is wide from 32.
   static constexpr int64_t kWideRows = INT64_MAX;
-  // 64 k of O rows: O * es lines of the next tile's rows, which are contiguous. Into L1 in one-row
-  // tiles (kNextTileRows): bf16 10304 x 2688, 1 thread, best of five alternating (Zen 4): 1 row
-  // 3763 -> 3499 us, but 2 / 4 rows 3822 / 4682 -> 5031 / 6044. Into L2 in the others
-  // (kNextTileL2Rows), whose f32 activations (4 rows x 2688: 43 KB) leave L1 no room: 2 / 4 rows
-  // 4120-4663 / 4452-5011 -> 2987-3308 / 2978-3185 us than row by row into L1 (Zen 4, 2026-12-04).
-  static constexpr int kNextTileRows = 1;
+  // 64 k of O rows: O * es lines of the next tile's rows, which are contiguous, into L2 in every
+  // tile (kNextTileL2Rows; none into L1): a tile's bf16 rows and the f32 activations leave L1 no
+  // room for the next tile. Zen 4, 1 thread, bf16, 2026-12-04 (docs/PERFORMANCE.md): 1 row 20480 x
+  // 2688 7.6-9.5 -> 5.6-6.2 ms against the next tile into L1 (itself 1.08x faster than row by row
+  // on 12-01), 10240 x 4096 5.6 -> 4.1 ms; 2 / 4 rows 10304 x 2688 4.1-4.7 / 4.5-5.0 -> 3.0-3.3 /
+  // 3.0-3.2 ms against row by row into L1 (the next tile into L1 was slower still).
+  static constexpr int kNextTileRows = 0;
   static constexpr int kNextTileL2Rows = 4;
   template <int O, bool L2>
   void prefetch_next_tile(int64_t step) const {
