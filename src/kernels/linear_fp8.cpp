@@ -208,8 +208,11 @@ inline __m512i decode32_fp8_bf16(const uint8_t* p) {
   return _mm512_mask_mov_epi16(n, low, patched);
 }
 
-// FP8's weights are twice NVFP4's bytes per weight, so 5-8 rows at K = 2688 also go in 4-row
-// groups (the Mamba in_proj 10304 x 2688, 8 rows: 2.2-2.7 ms vs 3.6-3.9 ms as one 8-row pass).
+// Up to 8 rows: one pass, as NVFP4. Since the tiles of 2+ rows prefetch into L2, one pass beat
+// 4-row groups (Zen 4, 1 thread, 2026-12-04: in_proj 10304 x 2688 6 / 8 rows 2220-2324 /
+// 2518-2583 -> 1831-1894 / 2269-2344 us, 41216 x 2688 8 rows 1.1x); with the row-by-row prefetch
+// into L1 one 8-row pass had been 1.4-1.6x slower (in_proj 3.6-3.9 vs 2.2-2.7 ms). More rows go in
+// groups of 8 while 8 rows of activations fit in half of L1, else of 4.
 struct Fp8Bf16Z {
   using Ref = Fp8Ref;
   static constexpr int64_t kPrefetchK = 64;  // a cache line of codes
@@ -241,7 +244,9 @@ struct Fp8Bf16Z {
   static void round_row(const float* x, int64_t K, uint16_t* words, float* tail) {
     packed::round_row_bf16_kord(x, K, words, tail);
   }
-  static int64_t group(int64_t, int64_t K) { return 16 * K <= 32 * 1024 ? 8 : 4; }
+  static int64_t group(int64_t n_rows, int64_t K) {
+    return n_rows <= 8 || 16 * K <= 32 * 1024 ? 8 : 4;
+  }
 };
 
 }  // namespace
