@@ -233,9 +233,6 @@ struct Fp8Bf16Z {
       codes = static_cast<const uint8_t*>(w.data) + o * K;
     }
     __m512i decode(int64_t k0) const { return decode32_fp8_bf16(codes + k0); }
-    void prefetch(int64_t k0, int64_t ahead) const {
-      packed::prefetch_t0(reinterpret_cast<const char*>(codes + ahead * K + k0));
-    }
     template <int O, bool L2>
     void prefetch_next_tile(int64_t step) const {
       packed::prefetch_lines<O, L2>(codes + O * K, step);

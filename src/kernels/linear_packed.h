@@ -293,9 +293,6 @@ inline void prefetch_line_at(const char* base) {
   else
     asm volatile("prefetcht0 %c1(%0)" : : "r"(base), "i"(64 * I));
 }
-inline void prefetch_t0(const char* p) {
-  prefetch_line_at<0, false>(p);
-}
 template <int N, bool L2 = false>
 inline void prefetch_lines(const void* p, int64_t step) {
   const char* base = static_cast<const char*>(p) + step * N * 64;
@@ -614,22 +611,20 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
 // order) ----
 // T::round_row(x, K, words, tail) prepares a row: its K32 chunks as bf16 words in the decoder's
 // order (stride K), its tail [K32, K) as f32 (stride K - K32). T::Cursor walks one output row:
-// init(w, o), decode(k0) = the chunk's 32 weights as bf16 words in that order, and what its
-// prefetch kinds need (prefetch_tile_bf16): prefetch(k0, ahead) = a line of one row's codes
-// (kRows), prefetch_next_tile<O, L2>(step) on the tile's first row = step's share of the next O
-// rows (into L2 if L2), one of them every T::kPrefetchK weights. T::Ref is the format's scalar
-// decoder (tails and post). T::kFinishInRegisters: tile_bf16_z finishes each (r, j) from its
+// init(w, o), decode(k0) = the chunk's 32 weights as bf16 words in that order, and
+// prefetch_next_tile<O, L2>(step) on the tile's first row = step's share of the next O rows (into
+// L2 if L2), one of them every T::kPrefetchK weights (prefetch_tile_bf16). T::Ref is the format's
+// scalar decoder (tails and post). T::kFinishInRegisters: tile_bf16_z finishes each (r, j) from its
 // accumulator, else through a staged copy (the formats' files say what each measured).
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c,bmi2")
 
 // A tile's prefetch every T::kPrefetchK weights, of the next O rows: T::kPrefetchOneRow in one-row
-// tiles, T::kPrefetchRows in the others (the formats' files say what each measured). Every kind
-// goes through the asm helpers above (prefetch_t0, prefetch_lines): GCC 12 drops a cursor's
-// _mm_prefetch depending on the code around it (at 7194cbb from the 2-row remainder tile; in an
-// experimental build from every 2+-row tile).
+// tiles, T::kPrefetchRows in the others (the formats' files say what each measured; a row-by-row
+// kind into L1 was last used by FP8 until 2026-12-04). Both go through the asm helper above
+// (prefetch_lines): GCC 12 drops a cursor's _mm_prefetch depending on the code around it (at
+// 7194cbb from the 2-row remainder tile; in an experimental build from every 2+-row tile).
 enum class TilePrefetch {
-  kRows,        // row by row into L1 (c[j].prefetch(k0, O))
   kNextTile,    // the next tile as one sequential run into L1 (prefetch_next_tile<O, false>)
   kNextTileL2,  // the same into L2 (prefetch_next_tile<O, true>): it leaves L1 to the activations
 };
@@ -637,10 +632,7 @@ template <class T, int R, int O>
 inline void prefetch_tile_bf16(const typename T::Cursor (&c)[O], int64_t k0) {
   if ((k0 & (T::kPrefetchK - 1)) != 0) return;
   constexpr TilePrefetch how = R == 1 ? T::kPrefetchOneRow : T::kPrefetchRows;
-  if constexpr (how == TilePrefetch::kRows)
-    for (int j = 0; j < O; ++j) c[j].prefetch(k0, O);
-  else
-    c[0].template prefetch_next_tile<O, how == TilePrefetch::kNextTileL2>(k0 / T::kPrefetchK);
+  c[0].template prefetch_next_tile<O, how == TilePrefetch::kNextTileL2>(k0 / T::kPrefetchK);
 }
 
 // The end of a tile: y(r, j) = fin(r, j, t, post), t the tail [K32, K) of row r and output
