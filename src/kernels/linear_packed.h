@@ -394,6 +394,19 @@ inline __m512 decode_z(const D& d, int64_t k) {
     return d.decode16z(k);
 }
 
+// Where tile_z's tiles of R rows prefetch the next tile as one sequential run: 1 into L1 (up to
+// D::kNextTileRows rows), 2 into L2 (up to D::kNextTileL2Rows, where the rows' activations fill
+// L1), 0 nowhere (row by row: prefetch(k, O)). Each decoder says what it measured.
+template <class D, int R>
+constexpr int next_tile_level() {
+  if constexpr (requires { requires R <= D::kNextTileRows; })
+    return 1;
+  else if constexpr (requires { requires R <= D::kNextTileL2Rows; })
+    return 2;
+  else
+    return 0;
+}
+
 // R rows x O outputs [o, o+O). Accumulators are a fixed-size array indexed by compile-time
 // constants after unrolling, so they live in registers (R*O <= 16 of the 32 zmm).
 template <class D, int R, int O>
@@ -410,19 +423,9 @@ template <class D, int R, int O>
     for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
   for (int64_t k = 0; k < K16; k += 16) {
     if ((k & 63) == 0) {
-      // The next tile as one sequential run where the decoder has it: into L1 in tiles of up to
-      // D::kNextTileRows rows, into L2 in tiles of up to D::kNextTileL2Rows, where the rows'
-      // activations fill L1 (each decoder says what it measured).
-      if constexpr (O > 1 && requires {
-                      requires R <= D::kNextTileRows;
-                      d[0].template prefetch_next_tile<O, false>(k);
-                    })
-        d[0].template prefetch_next_tile<O, false>(k / 64);
-      else if constexpr (O > 1 && requires {
-                           requires R <= D::kNextTileL2Rows;
-                           d[0].template prefetch_next_tile<O, true>(k);
-                         })
-        d[0].template prefetch_next_tile<O, true>(k / 64);
+      constexpr int next = O > 1 ? next_tile_level<D, R>() : 0;
+      if constexpr (next > 0)
+        d[0].template prefetch_next_tile<O, next == 2>(k / 64);
       else
 #pragma GCC unroll 16
         for (int j = 0; j < O; ++j) d[j].prefetch(k, O);
