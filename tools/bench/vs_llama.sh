@@ -28,7 +28,8 @@
 #   3. For each round: llama-bench (pp$PP and tg$TG, all thread counts, -r REPS), then nemotron bench
 #      (--prompt-tokens $PP --gen $TG --reps REPS --membw, one run per thread count). Per round each
 #      engine's best repetition is kept (llama-bench's fastest sample, nemotron's best-of-reps); the
-#      table shows the median over rounds.
+#      table shows the median over rounds. Where the checkpoint and the GGUF together exceed 80 % of
+#      RAM (52 layers), each engine runs with the other's file dropped from the page cache.
 #
 # Roofline share = decode tok/s x weight bytes read per token / read bandwidth. The bytes are the
 # engine's `decode_bytes_per_token` (dense matrices, router, top-k average experts + shared expert,
