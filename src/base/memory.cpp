@@ -1,5 +1,7 @@
 #include "base/memory.h"
 
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +42,10 @@ size_t current_rss_bytes() {
 }
 size_t peak_rss_bytes() {
   return read_status_kb("VmHWM:");
+}
+int64_t major_page_faults() {
+  struct rusage u {};
+  return getrusage(RUSAGE_SELF, &u) == 0 ? int64_t(u.ru_majflt) : 0;
 }
 
 size_t mapped_rss_bytes(const std::string& path_prefix, const char* field) {
