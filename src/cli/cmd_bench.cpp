@@ -139,8 +139,9 @@ struct Bench {
   // Prefill of the prompt, then --gen plain decode steps through the engine's decode loop.
   void plain() {
     double best_pf = 1e30, best_dec = 1e30;
-    // Major page faults inside the timed steps: weights read from disk because the page cache
-    // could not keep the checkpoint after the warm-up (a 52-layer checkpoint on a 24 GB machine).
+    // Major page faults inside the timed steps: weights read from disk, because the page cache
+    // did not hold them (--cold) or could not keep them after the warm-up (a 52-layer checkpoint
+    // on a 24 GB machine).
     int64_t pf_faults = 0, dec_faults = 0, all_faults = 0;
     model::ForwardProfile pf_prof, dec_prof;
     for (int rep = 0; rep < std::max(1, o.reps); ++rep) {
@@ -203,8 +204,8 @@ struct Bench {
     if (pf_faults + dec_faults > 0)
       std::printf(
           "warning    the reported prefill / decode repetitions read %lld / %lld pages from disk "
-          "(major page faults): the page cache did not keep the checkpoint (RAM), so these "
-          "numbers are below what the kernels do\n",
+          "(major page faults; the page cache did not hold the checkpoint: --cold, or more than "
+          "RAM keeps), so these numbers are below what the kernels do\n",
           (long long)pf_faults, (long long)dec_faults);
     std::fflush(stdout);
   }
