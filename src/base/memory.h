@@ -69,7 +69,8 @@ void tune_allocator();
 // Resident set size now and peak (VmHWM), in bytes; 0 if unavailable.
 size_t current_rss_bytes();
 size_t peak_rss_bytes();
-// Major page faults of this process so far (getrusage: pages that had to be read from disk).
+// Major page faults of this process so far (getrusage: faults that read from disk, each one or
+// more pages with readahead).
 int64_t major_page_faults();
 // Resident bytes of the mappings of files whose path starts with `path_prefix` (an absolute path;
 // from /proc/self/smaps): the pages of a mapped checkpoint this process has touched.

@@ -203,9 +203,9 @@ struct Bench {
     if (o.gen > 0) show_shares("decode", j["decode_time_share"]);
     if (pf_faults + dec_faults > 0)
       std::printf(
-          "warning    the reported prefill / decode repetitions read %lld / %lld pages from disk "
-          "(major page faults; the page cache did not hold the checkpoint: --cold, or more than "
-          "RAM keeps), so these numbers are below what the kernels do\n",
+          "warning    the reported prefill / decode repetitions took %lld / %lld major page faults "
+          "(reads from disk: the page cache did not hold the checkpoint, --cold or more than RAM "
+          "keeps), so these numbers are below what the kernels do\n",
           (long long)pf_faults, (long long)dec_faults);
     std::fflush(stdout);
   }
