@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "base/clock.h"
 #include "base/error.h"
@@ -143,26 +144,28 @@ struct Bench {
     // did not hold them (--cold) or could not keep them after the warm-up (a 52-layer checkpoint
     // on a 24 GB machine).
     int64_t pf_faults = 0, dec_faults = 0, all_faults = 0;
+    // Seconds and major faults of fn(); the fault counter is read outside the timed interval.
+    const auto timed = [&all_faults](auto&& fn) {
+      const int64_t f0 = major_page_faults();
+      const double t0 = now_seconds();
+      fn();
+      const double t = now_seconds() - t0;
+      const int64_t faults = major_page_faults() - f0;
+      all_faults += faults;
+      return std::pair{t, faults};
+    };
     model::ForwardProfile pf_prof, dec_prof;
     for (int rep = 0; rep < std::max(1, o.reps); ++rep) {
       engine::Generator g(m, tc);
       g.begin(request(o.gen + 1));
       g.set_profile(&pf_prof);
-      int64_t f0 = major_page_faults();
-      double t0 = now_seconds();
-      g.step();
-      const double t_pf = now_seconds() - t0;
-      int64_t f1 = major_page_faults();
-      if (t_pf < best_pf) best_pf = t_pf, pf_faults = f1 - f0;
-      all_faults += f1 - f0;
+      const auto [t_pf, f_pf] = timed([&] { g.step(); });
+      if (t_pf < best_pf) best_pf = t_pf, pf_faults = f_pf;
       g.set_profile(&dec_prof);
-      f0 = major_page_faults();
-      t0 = now_seconds();
-      while (!g.done()) g.step();
-      const double t_dec = now_seconds() - t0;
-      f1 = major_page_faults();
-      if (o.gen > 0 && t_dec < best_dec) best_dec = t_dec, dec_faults = f1 - f0;
-      all_faults += f1 - f0;
+      const auto [t_dec, f_dec] = timed([&] {
+        while (!g.done()) g.step();
+      });
+      if (o.gen > 0 && t_dec < best_dec) best_dec = t_dec, dec_faults = f_dec;
       state_bytes = g.state().bytes();
     }
     const double pf_tps = double(prompt.size()) / best_pf;
