@@ -139,7 +139,7 @@ void set_wide_blocking(WideBlocking b) {
 
 const char* bf16_kernel_name(Isa isa) {
   if (isa >= Isa::Avx512 && bf16_kernel_verified())
-    return cpu_splits_512bit_ops() ? "avx512_bf16 (NVFP4 1-3 rows in 256-bit blocks)"
+    return cpu_splits_512bit_ops() ? "avx512_bf16 (NVFP4 1-4 rows in 256-bit blocks)"
                                    : "avx512_bf16";
   return isa >= Isa::Avx2 ? "avx2" : "reference";
 }

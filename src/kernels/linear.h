@@ -73,7 +73,7 @@ bool cpu_has_avx512_bf16();
 // definition rests on; a CPU that summed otherwise would fall back to AVX2, not drift).
 bool bf16_kernel_verified();
 // AMD Zen 4 (family 19h with AVX-512), which runs a 512-bit operation as two 256-bit halves:
-// there Arith::Bf16's 1-2-row NVFP4 passes decode one scale block per ymm, and Arith::F32's 1-2-
+// there Arith::Bf16's 1-4-row NVFP4 passes decode one scale block per ymm, and Arith::F32's 1-2-
 // row NVFP4 tiles read the product table instead of multiplying (the same bits, faster there;
 // docs/PERFORMANCE.md). Elsewhere the other kernels run those passes.
 bool cpu_splits_512bit_ops();

@@ -40,7 +40,7 @@ void range_nvfp4_bf16_avx2(const PackedWeight&, const float*, int64_t, int64_t, 
                            int64_t, int64_t);
 void range_nvfp4_bf16_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                              int64_t, int64_t);
-// The same bits, 1-3 rows one scale block per ymm (faster where 512-bit operations are split).
+// The same bits, 1-4 rows one scale block per ymm (faster where 512-bit operations are split).
 void range_nvfp4_bf16_avx512_halves(const PackedWeight&, const float*, int64_t, int64_t, float*,
                                     int64_t, int64_t, int64_t);
 // Does range_nvfp4_bf16_avx512 give the reference's bits on this CPU? (Call only where

@@ -331,9 +331,12 @@ struct Nvfp4Bf16Z {
   // Zen 4, 1 thread, best of five alternating runs on a busy host (docs/PERFORMANCE.md): one row,
   // the next tile into L1 (into L2: 1.0-1.1x slower); 2-8 rows, any prefetch 1.2-1.5x faster than
   // none, rows into L1 and the next tile into L2 within noise (lm_head 4 rows 35.3 / 25.2 / 25.6
-  // ms); L2 leaves L1 to the rows' activations.
+  // ms). Later (2026-12-04, night, two 1-thread passes at once so that they share the memory as
+  // the engine's two threads do), the next tile into L1 against L2, 131072 x 2688 streamed: 4 rows
+  // (now 256-bit blocks) 24.3 -> 22.4 ms, 5 rows 28.4 -> 26.4, 8 rows 38.3 -> 35.4; a tile is 2.7-
+  // 5.4 KB of codes, small beside L1 even with the rows' activations.
   static constexpr auto kPrefetchOneRow = packed::TilePrefetch::kNextTile;
-  static constexpr auto kPrefetchRows = packed::TilePrefetch::kNextTileL2;
+  static constexpr auto kPrefetchRows = packed::TilePrefetch::kNextTile;
   // tile_bf16_z finishes from its accumulators rather than through a staged copy: 4 rows 1.06x
   // (lm_head 24.9 -> 23.5 ms streamed, Zen 4; docs/PERFORMANCE.md, 2026-12-04).
   static constexpr bool kFinishInRegisters = true;
@@ -396,7 +399,7 @@ void range_nvfp4_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_ro
 void range_nvfp4_bf16_avx512_halves(const PackedWeight& w, const float* x, int64_t n_rows,
                                     int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
                                     int64_t o_end) {
-  packed::range_bf16_z<Nvfp4Bf16Z, 3>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  packed::range_bf16_z<Nvfp4Bf16Z, 4>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 #pragma GCC pop_options

@@ -727,9 +727,12 @@ inline void rows_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* 
 // product row can be the permute's memory operand, with no merging of two rows into one zmm and no
 // VPTERNLOGD: 1-2-row NVFP4 passes ran 1.10-1.25x faster there, and with the step unrolling and
 // the scale words 3 rows too (64 x 2688 L2-resident 10.44 -> 8.23 us, 131072 x 2688 streamed
-// 24.1 -> 21.5 ms). Not 4 (11.90 -> 11.05 us L2-resident, but 26.4 -> 32.0 ms streamed;
-// docs/PERFORMANCE.md). 4 outputs per tile at 1-2 rows (8 at one row spilled accumulators and
-// pointers and ran 0.9-1.0x), 3 at 3 rows (2: 8.24 us).
+// 24.1 -> 21.5 ms), and 4 rows with 2 outputs per tile (with 3, 2 * 4 * 3 accumulators and 8
+// activation registers left none for the decode and spilled: 26.4 -> 32.0 ms streamed, the
+// first try) and the next tile prefetched into L1 (2026-12-04, night: 64 x 2688 11.45 -> 9.45 us,
+// streamed 26.3 -> 22.4 ms; docs/PERFORMANCE.md). 4 outputs per tile at 1-2 rows (8 at one row
+// spilled accumulators and pointers and ran 0.9-1.0x), 3 at 3 rows (2: 8.24 us), 2 at 4 (3: 1.05x
+// slower).
 template <class T, int R, int O>
 [[gnu::noinline]] void tile_bf16_y(const PackedWeight& w, const uint16_t* xw, const float* xt,
                                    float* y, int64_t ys, int64_t o) {
@@ -806,7 +809,7 @@ template <class T, int R, int O>
 template <class T, int R>
 inline void rows_bf16_y(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
                         int64_t ys, int64_t o_begin, int64_t o_end) {
-  constexpr int O = R <= 2 ? 4 : 3;
+  constexpr int O = R <= 2 ? 4 : R == 3 ? 3 : 2;
   int64_t o = o_begin;
   for (; o + O <= o_end; o += O) tile_bf16_y<T, R, O>(w, xw, xt, y, ys, o);
   for (; o < o_end; ++o) tile_bf16_y<T, R, 1>(w, xw, xt, y, ys, o);
@@ -826,12 +829,12 @@ inline void round_row_bf16_kord(const float* x, int64_t K, uint16_t* words, floa
   for (int64_t k = K32; k < K; ++k) tail[k - K32] = round_activation_bf16(x[k]);
 }
 
-// Passes of up to HalvesRows (0 or 3) rows take tile_bf16_y over rows in k order (with 0, T needs
+// Passes of up to HalvesRows (0 or 4) rows take tile_bf16_y over rows in k order (with 0, T needs
 // no decode_halves), the others tile_bf16_z over rows in T::round_row's order.
 template <class T, int64_t HalvesRows = 0>
 void range_bf16_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
                   int64_t ys, int64_t o_begin, int64_t o_end) {
-  static_assert(HalvesRows == 0 || HalvesRows == 3);
+  static_assert(HalvesRows == 0 || HalvesRows == 4);
   if (n_rows <= 0 || o_begin >= o_end) return;
   const int64_t K = w.cols, K32 = K - K % 32;
   const auto xw = alloc_aligned64<uint16_t>(size_t(std::max<int64_t>(1, n_rows * K)));
@@ -845,7 +848,8 @@ void range_bf16_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
       };
       if (n_rows == 1) return rows.template operator()<1>();
       if (n_rows == 2) return rows.template operator()<2>();
-      return rows.template operator()<3>();
+      if (n_rows == 3) return rows.template operator()<3>();
+      return rows.template operator()<4>();
     }
   for (int64_t r = 0; r < n_rows; ++r)
     T::round_row(x + r * xs, K, xw.get() + r * K, xt.get() + r * (K - K32));

@@ -676,7 +676,7 @@ TEST(LinearBf16, ReferenceFollowsTheStatedOrder) {
 }
 
 // Both AVX512_BF16 NVFP4 kernels, whichever this CPU selects (cpu_splits_512bit_ops): the 512-bit
-// tiles and the one-scale-block-per-ymm tiles of 1-2-row passes, bitwise the reference at 1-5
+// tiles and the one-scale-block-per-ymm tiles of 1-4-row passes, bitwise the reference at 1-5
 // rows over output ranges that split the 4- and 8-output tiles.
 TEST(LinearBf16, BothNvfp4Avx512KernelsEqualTheReference) {
   if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16 here";
