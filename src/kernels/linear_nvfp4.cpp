@@ -158,6 +158,23 @@ struct Nvfp4Avx512 : Nvfp4Ref {
     std::memcpy(&q, p, 8);
     return _mm512_maskz_multishift_epi64_epi8(~__mmask64(0), ctrl, _mm512_set1_epi64(q));
   }
+  // Where 512-bit operations are split (Zen 4, !MulFewRows) the tiles decode in a permuted lane
+  // order (linear_packed.h, PermutedLanes): the 8 code bytes broadcast to every qword, dword i
+  // holds bytes 4 (i % 2) .. 4 (i % 2) + 3, and VPSRLVD by 4 (i / 2) puts nibble
+  // 8 (i % 2) + i / 2 in its low bits for VPERMPS. A variable shift runs beside the FMAs there,
+  // where VPMULTISHIFTQB takes their pipes (tools/bench/probe_ports.cpp: an FMA and a
+  // VPMULTISHIFTQB 0.54 ns a pair, an FMA, a VPSRLVD and a VPERMPS 0.41 ns a triple).
+  static constexpr std::array<int, 16> kLaneElement = {0, 8,  1, 9,  2, 10, 3, 11,
+                                                       4, 12, 5, 13, 6, 14, 7, 15};
+  __m512 decode16z_lanes(int64_t k) const requires(!MulFewRows) {
+    const __m512i shift =
+        _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+    int64_t q;
+    std::memcpy(&q, rd + (k >> 1), 8);
+    return _mm512_maskz_permutexvar_ps(0xFFFF,
+                                       _mm512_maskz_srlv_epi32(0xFFFF, _mm512_set1_epi64(q), shift),
+                                       _mm512_load_ps(kProducts.data() + 16 * rs[k >> 4]));
+  }
   // Tiles of 3+ rows and the decode-once paths: 3-12 rows 9-13 % faster than decode16z_1
   // (lm_head shape, 1 thread, Zen 5; docs/PERFORMANCE.md).
   __m512 decode16z(int64_t k) const {

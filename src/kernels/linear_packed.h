@@ -19,6 +19,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -379,16 +380,52 @@ inline void finish_lanes16(const __m512 (&a)[16], const float* t, const float* p
   _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_add_ps(sum, _mm512_loadu_ps(t)), _mm512_loadu_ps(post)));
 }
 
+// A decoder whose tiles hold each block's 16 weights in a permuted lane order (D::decode16z_lanes,
+// lane i = element D::kLaneElement[i] of the block) runs them over activations laid out the
+// same way (lay_row_lanes) and returns each accumulator to canonical lanes before its finish:
+// lanes are independent sums, so only their order changes, not the bits.
+template <class D>
+concept PermutedLanes = requires(const D& d) {
+  d.decode16z_lanes(int64_t{0});
+};
+
 template <class D>
 inline float finish_z(const D& d, __m512 acc, const float* xr, int64_t K16, int64_t K) {
   float t = 0.0f;
   for (int64_t k = K16; k < K; ++k) t = std::fma(d.at(k), xr[k], t);
+  if constexpr (PermutedLanes<D>) {
+    // Canonical lane l = the permuted lane that holds element l.
+    alignas(64) static constexpr std::array<int32_t, 16> from = [] {
+      std::array<int32_t, 16> a{};
+      for (int i = 0; i < 16; ++i) a[size_t(D::kLaneElement[size_t(i)])] = i;
+      return a;
+    }();
+    acc = _mm512_maskz_permutexvar_ps(0xFFFF, _mm512_load_si512(from.data()), acc);
+  }
   return finish_lanes(acc, t, d.post());
+}
+
+// Row x [0, K) laid out for a PermutedLanes decoder: each block of 16 in lane order, the tail
+// [K16, K) as it is.
+template <class D>
+inline void lay_row_lanes(const float* x, int64_t K, float* out) {
+  alignas(64) static constexpr std::array<int32_t, 16> to = [] {
+    std::array<int32_t, 16> a{};
+    for (size_t i = 0; i < 16; ++i) a[i] = D::kLaneElement[i];
+    return a;
+  }();
+  const __m512i idx = _mm512_load_si512(to.data());
+  const int64_t K16 = K - K % 16;
+  for (int64_t k = 0; k < K16; k += 16)
+    _mm512_storeu_ps(out + k, _mm512_maskz_permutexvar_ps(0xFFFF, idx, _mm512_loadu_ps(x + k)));
+  for (int64_t k = K16; k < K; ++k) out[k] = x[k];
 }
 
 template <int R, class D>
 inline __m512 decode_z(const D& d, int64_t k) {
-  if constexpr (R <= 2 && requires { d.decode16z_1(k); })
+  if constexpr (PermutedLanes<D>)
+    return d.decode16z_lanes(k);
+  else if constexpr (R <= 2 && requires { d.decode16z_1(k); })
     return d.decode16z_1(k);
   else
     return d.decode16z(k);
@@ -594,13 +631,22 @@ template <class D, int64_t WideRows = D::kWideRows>
 void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
                   int64_t ys, int64_t o_begin, int64_t o_end) {
   if (n_rows <= 0 || o_begin >= o_end) return;
+  if (n_rows >= WideRows) return range_wide_z<D>(w, x, n_rows, xs, y, ys, o_begin, o_end);
+  // The tiles' activations: x itself, or for a PermutedLanes decoder a copy in its lane order
+  // (the wide passes decode in canonical order, D::decode16z).
+  std::unique_ptr<float[], FreeDeleter> laid;
+  if constexpr (PermutedLanes<D>) {
+    const int64_t K = w.cols;
+    laid = alloc_aligned64<float>(size_t(n_rows * K));
+    for (int64_t r = 0; r < n_rows; ++r) lay_row_lanes<D>(x + r * xs, K, laid.get() + r * K);
+    x = laid.get(), xs = K;
+  }
   const auto rows = [&](int64_t r0, int64_t o0, int64_t o1) {
     const float* xr = x + r0 * xs;
     float* yr = y + r0 * ys;
     with_row_tile(n_rows - r0, [&]<int R>() { rows_z<D, R>(w, xr, xs, yr, ys, o0, o1); });
   };
   if (n_rows <= 4) return rows(0, o_begin, o_end);
-  if (n_rows >= WideRows) return range_wide_z<D>(w, x, n_rows, xs, y, ys, o_begin, o_end);
   const int64_t ob = swept_block_outputs(w);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
     const int64_t o1 = std::min(o_end, o0 + ob);

@@ -3,7 +3,11 @@
 // independent VDPBF16PS / VPERMW / VPMULTISHIFTQB (512- and 256-bit), a 512-bit dot with a 512-bit
 // VPERMW against the same work in 256-bit halves, and ns per 16-weight block of the tile's core
 // (scale byte -> table row, broadcast codes, VPMULTISHIFTQB, VPERMW from the row, VDPBF16PS) with
-// one fixed table row or rows chosen by random scale bytes. Best of 9 runs each.
+// one fixed table row or rows chosen by random scale bytes. Then pairs and triples of independent
+// instructions in 12 chains (the pairs above have 6, few enough for VDPBF16PS's latency to bind):
+// ns per pair tells whether two kinds share pipes (2026-12-04, night, Zen 4: a ymm VDPBF16PS and
+// a VPSRLVD 0.15 ns, and a VPERMW 0.19, and a VPMULTISHIFTQB 0.27, the sum of the two alone; a
+// zmm FMA and a VPMULTISHIFTQB 0.54, an FMA, a VPSRLVD and a VPERMPS 0.41). Best of 9 runs each.
 // Not part of the build; run it by hand on a CPU with AVX512_BF16 and VBMI:
 //   g++ -O2 -std=c++20 -mavx512f -o /tmp/probe_ports tools/bench/probe_ports.cpp &&
 //   /tmp/probe_ports
@@ -42,6 +46,17 @@ double now() {
 #define MZ(i) "vpmultishiftqb %%zmm24, %%zmm25, %%zmm" #i "\n"
 #define MY(i) "vpmultishiftqb %%ymm24, %%ymm25, %%ymm" #i "\n"
 #define X12(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
+#define FZ(i) "vfmadd231ps %%zmm24, %%zmm25, %%zmm" #i "\n"
+#define SY(i) "vpsrlvd %%ymm24, %%ymm25, %%ymm" #i "\n"
+#define SZ(i) "vpsrlvd %%zmm24, %%zmm25, %%zmm" #i "\n"
+#define VZ(i) "vpermps %%zmm24, %%zmm25, %%zmm" #i "\n"
+// 12 chains of accumulators (0-11), the other kind into 12-23.
+#define X12P(A, B)                                                                              \
+  A(0)                                                                                          \
+  B(12) A(1) B(13) A(2) B(14) A(3) B(15) A(4) B(16) A(5) B(17) A(6) B(18) A(7) B(19) A(8) B(20) \
+      A(9) B(21) A(10) B(22) A(11) B(23)
+#define FSV(i) SZ(i) VZ(i)
+#define FMV(i) MZ(i) VZ(i)
 #define ZPAIR(a, b) DZ(a) PZ(b)
 #define YPAIR(a, b, c, d) DY(a) DY(b) PY(c) PY(d)
 
@@ -89,6 +104,13 @@ int main() {
   PROBE("2 ymm dots + 2 ymm vpermw (the same work)", 6,
         YPAIR(0, 1, 16, 17) YPAIR(2, 3, 18, 19) YPAIR(4, 5, 20, 21) YPAIR(6, 7, 22, 23)
             YPAIR(8, 9, 16, 17) YPAIR(10, 11, 18, 19))
+  PROBE("ymm dot + ymm vpermw (12 chains)", 12, X12P(DY, PY))
+  PROBE("ymm dot + ymm vpmultishiftqb", 12, X12P(DY, MY))
+  PROBE("ymm dot + ymm vpsrlvd", 12, X12P(DY, SY))
+  PROBE("zmm fma (12 chains)", 12, X12(FZ))
+  PROBE("zmm fma + zmm vpmultishiftqb", 12, X12P(FZ, MZ))
+  PROBE("zmm fma + vpmultishiftqb + vpermps", 12, X12P(FZ, FMV))
+  PROBE("zmm fma + vpsrlvd + vpermps", 12, X12P(FZ, FSV))
   std::printf("%-44s %.3f ns\n", "tile block, one fixed table row", blocks(false));
   std::printf("%-44s %.3f ns\n", "tile block, rows by random scale bytes", blocks(true));
 }
