@@ -122,7 +122,7 @@ struct Nvfp4Avx2 : Nvfp4Ref {
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c,bmi2")
 
 // Two shuffles per 16 weights: the 8 code bytes are broadcast to every qword (a load, no ALU);
 // VPMULTISHIFTQB moves nibble l into the low bits of dword lane l (qword j holds lanes 2j and
@@ -166,14 +166,30 @@ struct Nvfp4Avx512 : Nvfp4Ref {
   // VPMULTISHIFTQB 0.54 ns a pair, an FMA, a VPSRLVD and a VPERMPS 0.41 ns a triple).
   static constexpr std::array<int, 16> kLaneElement = {0, 8,  1, 9,  2, 10, 3, 11,
                                                        4, 12, 5, 13, 6, 14, 7, 15};
-  __m512 decode16z_lanes(int64_t k) const requires(!MulFewRows) {
+  static __m512 lanes_from_row(const uint8_t* codes, const float* row) {
     const __m512i shift =
         _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
     int64_t q;
-    std::memcpy(&q, rd + (k >> 1), 8);
-    return _mm512_maskz_permutexvar_ps(0xFFFF,
-                                       _mm512_maskz_srlv_epi32(0xFFFF, _mm512_set1_epi64(q), shift),
-                                       _mm512_load_ps(kProducts.data() + 16 * rs[k >> 4]));
+    std::memcpy(&q, codes, 8);
+    return _mm512_maskz_permutexvar_ps(
+        0xFFFF, _mm512_maskz_srlv_epi32(0xFFFF, _mm512_set1_epi64(q), shift), _mm512_load_ps(row));
+  }
+  __m512 decode16z_lanes(int64_t k) const requires(!MulFewRows) {
+    return lanes_from_row(rd + (k >> 1), kProducts.data() + 16 * rs[k >> 4]);
+  }
+  // The 8 scale bytes of blocks k / 16 .. k / 16 + 7 (k a multiple of 128), and block
+  // k / 16 + b from them: its table row at byte b times 64 (a row of 16 floats), two BMI2
+  // instructions (RORX, AND), its codes at a constant displacement.
+  uint64_t scale_word(int64_t k) const requires(!MulFewRows) {
+    uint64_t v;
+    std::memcpy(&v, rs + (k >> 4), 8);
+    return v;
+  }
+  __m512 decode16z_lanes(int64_t k, uint64_t sw, int b) const requires(!MulFewRows) {
+    return lanes_from_row(
+        rd + (k >> 1) + 8 * b,
+        reinterpret_cast<const float*>(reinterpret_cast<const char*>(kProducts.data()) +
+                                       (std::rotr(sw, (8 * b - 6) & 63) & 0x3FC0)));
   }
   // Tiles of 3+ rows and the decode-once paths: 3-12 rows 9-13 % faster than decode16z_1
   // (lm_head shape, 1 thread, Zen 5; docs/PERFORMANCE.md).

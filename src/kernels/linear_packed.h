@@ -335,7 +335,7 @@ inline int64_t swept_block_outputs(const PackedWeight& w) {
 // function that tests/kernels/check_tile_code.py reads (tile_bf16_y, inlined into range_bf16_z,
 // escaped it).
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c,bmi2")
 
 // (r, o) finish from the 16 lanes and the tail sum t: v = low half + high half, hsum8_fixed,
 // + t, * post (the canonical sequence).
@@ -458,24 +458,47 @@ template <class D, int R, int O>
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
     for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K16; k += 16) {
-    if ((k & 63) == 0) {
-      constexpr int next = O > 1 ? next_tile_level<D, R>() : 0;
-      if constexpr (next > 0)
-        d[0].template prefetch_next_tile<O, next == 2>(k / 64);
-      else
+  const auto prefetch = [&](int64_t k) [[gnu::always_inline]] {
+    constexpr int next = O > 1 ? next_tile_level<D, R>() : 0;
+    if constexpr (next > 0)
+      d[0].template prefetch_next_tile<O, next == 2>(k / 64);
+    else
 #pragma GCC unroll 16
-        for (int j = 0; j < O; ++j) d[j].prefetch(k, O);
-    }
-    __m512 wv[O];
-#pragma GCC unroll 16
-    for (int j = 0; j < O; ++j) wv[j] = decode_z<R>(d[j], k);
+      for (int j = 0; j < O; ++j) d[j].prefetch(k, O);
+  };
+  const auto block = [&](int64_t k, const __m512(&wv)[O]) [[gnu::always_inline]] {
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 xv = _mm512_loadu_ps(x + r * xs + k);
 #pragma GCC unroll 16
       for (int j = 0; j < O; ++j) acc[r][j] = _mm512_fmadd_ps(wv[j], xv, acc[r][j]);
     }
+  };
+  int64_t k = 0;
+  if constexpr (requires { d[0].scale_word(k); }) {
+    // Steps of 8 blocks: one load of each output's 8 scale bytes (D::scale_word) and the table
+    // rows from it (D::decode16z_lanes(k, sw, b)); the loop's own instructions once per step.
+    for (; k + 128 <= K16; k += 128) {
+      prefetch(k);
+      prefetch(k + 64);
+      uint64_t sw[O];
+#pragma GCC unroll 16
+      for (int j = 0; j < O; ++j) sw[j] = d[j].scale_word(k);
+#pragma GCC unroll 8
+      for (int b = 0; b < 8; ++b) {
+        __m512 wv[O];
+#pragma GCC unroll 16
+        for (int j = 0; j < O; ++j) wv[j] = d[j].decode16z_lanes(k, sw[j], b);
+        block(k + 16 * b, wv);
+      }
+    }
+  }
+  for (; k < K16; k += 16) {
+    if ((k & 63) == 0) prefetch(k);
+    __m512 wv[O];
+#pragma GCC unroll 16
+    for (int j = 0; j < O; ++j) wv[j] = decode_z<R>(d[j], k);
+    block(k, wv);
   }
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
