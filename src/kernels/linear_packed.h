@@ -475,7 +475,7 @@ template <class D, int R, int O>
     }
   };
   int64_t k = 0;
-  if constexpr (requires { d[0].scale_word(k); }) {
+  if constexpr (PermutedLanes<D> && requires { d[0].scale_word(k); }) {
     // Steps of 8 blocks: one load of each output's 8 scale bytes (D::scale_word) and the table
     // rows from it (D::decode16z_lanes(k, sw, b)); the loop's own instructions once per step.
     for (; k + 128 <= K16; k += 128) {
