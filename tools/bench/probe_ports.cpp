@@ -4,7 +4,7 @@
 // VPERMW against the same work in 256-bit halves, and ns per 16-weight block of the tile's core
 // (scale byte -> table row, broadcast codes, VPMULTISHIFTQB, VPERMW from the row, VDPBF16PS) with
 // one fixed table row or rows chosen by random scale bytes. Then pairs and triples of independent
-// instructions in 12 chains (the pairs above have 6, few enough for VDPBF16PS's latency to bind):
+// instructions in 12 chains (the pairs above have 6, near what VDPBF16PS's latency allows):
 // ns per pair tells whether two kinds share pipes (2026-12-04, night, Zen 4: a ymm VDPBF16PS and
 // a VPSRLVD 0.15 ns, and a VPERMW 0.19, and a VPMULTISHIFTQB 0.27, the sum of the two alone; a
 // zmm FMA and a VPMULTISHIFTQB 0.54, an FMA, a VPSRLVD and a VPERMPS 0.41). Best of 9 runs each.
