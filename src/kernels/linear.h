@@ -74,8 +74,9 @@ bool cpu_has_avx512_bf16();
 bool bf16_kernel_verified();
 // AMD Zen 4 (family 19h with AVX-512), which runs a 512-bit operation as two 256-bit halves:
 // there Arith::Bf16's 1-4-row NVFP4 passes decode one scale block per ymm, and Arith::F32's 1-2-
-// row NVFP4 tiles read the product table instead of multiplying (the same bits, faster there;
-// docs/PERFORMANCE.md). Elsewhere the other kernels run those passes.
+// row NVFP4 tiles read the product table instead of multiplying, every f32 NVFP4 tile below 16
+// rows in a permuted lane order (the same bits, faster there; docs/PERFORMANCE.md). Elsewhere the
+// other kernels run those passes.
 bool cpu_splits_512bit_ops();
 // An Intel CPU: there Arith::F32's FP8 passes of 16+ rows and the dense formats' of 32+ decode
 // the weights to f32 once (range_fp8_avx512_wide, range_dense_avx512_wide; the same bits, faster

@@ -35,6 +35,19 @@ alignas(64) constexpr std::array<float, 256 * 16> kProducts = [] {
   return a;
 }();
 
+// The scale bytes of the 8 blocks from k (a step of 128 weights) in one load, and block b's row of
+// a product table whose rows are 2^kRowShift bytes, as a byte offset: byte b times the row size in
+// two BMI2 instructions (RORX, AND) instead of a byte load and a shift.
+inline uint64_t scale_word(const uint8_t* scales, int64_t k) {
+  uint64_t v;
+  std::memcpy(&v, scales + k / 16, 8);
+  return v;
+}
+template <int kRowShift>
+inline uint64_t scale_row_offset(uint64_t sw, int b) {
+  return std::rotr(sw, 8 * b - kRowShift) & (uint64_t{0xFF} << kRowShift);
+}
+
 struct Nvfp4Ref {
   const uint8_t* data = nullptr;
   const uint8_t* scales = nullptr;
@@ -164,8 +177,8 @@ struct Nvfp4Avx512 : Nvfp4Ref {
   // 8 (i % 2) + i / 2 in its low bits for VPERMPS. A variable shift runs beside the FMAs there,
   // where VPMULTISHIFTQB takes their pipes (tools/bench/probe_ports.cpp: an FMA and a
   // VPMULTISHIFTQB 0.54 ns a pair, an FMA, a VPSRLVD and a VPERMPS 0.41 ns a triple).
-  static constexpr std::array<int, 16> kLaneElement = {0, 8,  1, 9,  2, 10, 3, 11,
-                                                       4, 12, 5, 13, 6, 14, 7, 15};
+  alignas(64) static constexpr std::array<int32_t, 16> kLaneElement = {0, 8,  1, 9,  2, 10, 3, 11,
+                                                                       4, 12, 5, 13, 6, 14, 7, 15};
   static __m512 lanes_from_row(const uint8_t* codes, const float* row) {
     const __m512i shift =
         _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
@@ -177,19 +190,14 @@ struct Nvfp4Avx512 : Nvfp4Ref {
   __m512 decode16z_lanes(int64_t k) const requires(!MulFewRows) {
     return lanes_from_row(rd + (k >> 1), kProducts.data() + 16 * rs[k >> 4]);
   }
-  // The 8 scale bytes of blocks k / 16 .. k / 16 + 7 (k a multiple of 128), and block
-  // k / 16 + b from them: its table row at byte b times 64 (a row of 16 floats), two BMI2
-  // instructions (RORX, AND), its codes at a constant displacement.
-  uint64_t scale_word(int64_t k) const requires(!MulFewRows) {
-    uint64_t v;
-    std::memcpy(&v, rs + (k >> 4), 8);
-    return v;
-  }
+  // Steps of 8 blocks from k (a multiple of 128): block k / 16 + b's table row (64 bytes) from
+  // the step's scale word, its codes at a constant displacement.
+  uint64_t scale_word(int64_t k) const requires(!MulFewRows) { return detail::scale_word(rs, k); }
   __m512 decode16z_lanes(int64_t k, uint64_t sw, int b) const requires(!MulFewRows) {
     return lanes_from_row(
         rd + (k >> 1) + 8 * b,
         reinterpret_cast<const float*>(reinterpret_cast<const char*>(kProducts.data()) +
-                                       (std::rotr(sw, (8 * b - 6) & 63) & 0x3FC0)));
+                                       scale_row_offset<6>(sw, b)));
   }
   // Tiles of 3+ rows and the decode-once paths: 3-12 rows 9-13 % faster than decode16z_1
   // (lm_head shape, 1 thread, Zen 5; docs/PERFORMANCE.md).
@@ -383,17 +391,11 @@ struct Nvfp4Bf16Z {
       scales = static_cast<const uint8_t*>(w.scales) + o * (w.cols / 16);
     }
     __m512i decode(int64_t k0) const { return decode32_bf16(codes + k0 / 2, scales + k0 / 16); }
-    // The scale bytes of the 8 blocks from k0 (an unrolled step of 128 weights) in one load; the
-    // overload below takes block b's product row at byte offset 32 * byte b, two BMI2 instructions
-    // (RORX, AND) instead of a byte load and a shift.
-    uint64_t scale_word(int64_t k0) const {
-      uint64_t v;
-      std::memcpy(&v, scales + k0 / 16, 8);
-      return v;
-    }
+    // The scale bytes of the 8 blocks from k0 (an unrolled step of 128 weights) in one load, and
+    // block b's product row (32 bytes) from them.
+    uint64_t scale_word(int64_t k0) const { return detail::scale_word(scales, k0); }
     static const char* row(uint64_t sw, int b) {
-      return reinterpret_cast<const char*>(kProductsBf16.data()) +
-             (std::rotr(sw, 8 * b - 5) & 0x1FE0);
+      return reinterpret_cast<const char*>(kProductsBf16.data()) + scale_row_offset<5>(sw, b);
     }
     void decode_halves(int64_t k0, int dk, uint64_t sw, __m256i& lo, __m256i& hi) const {
       lo = decode16_bf16_row(codes + k0 / 2 + dk / 2, row(sw, dk / 16));

@@ -409,12 +409,7 @@ inline float finish_z(const D& d, __m512 acc, const float* xr, int64_t K16, int6
 // [K16, K) as it is.
 template <class D>
 inline void lay_row_lanes(const float* x, int64_t K, float* out) {
-  alignas(64) static constexpr std::array<int32_t, 16> to = [] {
-    std::array<int32_t, 16> a{};
-    for (size_t i = 0; i < 16; ++i) a[i] = D::kLaneElement[i];
-    return a;
-  }();
-  const __m512i idx = _mm512_load_si512(to.data());
+  const __m512i idx = _mm512_loadu_si512(D::kLaneElement.data());
   const int64_t K16 = K - K % 16;
   for (int64_t k = 0; k < K16; k += 16)
     _mm512_storeu_ps(out + k, _mm512_maskz_permutexvar_ps(0xFFFF, idx, _mm512_loadu_ps(x + k)));
