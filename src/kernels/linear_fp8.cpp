@@ -324,6 +324,8 @@ template <int R, int O>
 }
 
 struct Fp8Bf16Pairs {
+  static constexpr int pair_even(int p) { return 2 * p; }  // words in k order
+  static constexpr int kPairApart = 1;
   template <int R, int O>
   static void tile(const PackedWeight& w, const float* xl, float* y, int64_t ys, int64_t o) {
     tile_fp8_bf16_avx2<R, O>(w, xl, y, ys, o);

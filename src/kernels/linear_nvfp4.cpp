@@ -247,8 +247,11 @@ void range_nvfp4_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int
 // The order, shared by the scalar reference and the AVX512_BF16 kernel:
 //   x~[k] = round_activation_bf16(x[k]); w'[k] = E2M1 * E4M3 as above (exact in bf16 as well).
 //   Each 32-weight chunk k0 < K32 = K - K % 32 (two scale blocks) is taken in the decoder's word
-//   order: word i (0..31) is element e(i) = 16 * ((i >> 2) & 1) + 4 * (i >> 3) + (i & 3). Lane
-//   l (0..15) holds words 2l and 2l + 1 and does, per chunk,
+//   order: word i (0..31) is element e(i) = 16 * ((i >> 2) & 1) + 8 * ((i >> 1) & 1) +
+//   4 * (i & 1) + (i >> 3), so lane l (0..15) holds words 2l and 2l + 1, two elements 4 apart in
+//   block (l >> 1) & 1: the pairs a variable shift of the broadcast codes indexes
+//   (decode16_bf16_row), where the two nibbles of one byte would take a byte-granular select
+//   (VPMULTISHIFTQB, which shares the dot-product pipes on Zen 4). Per chunk, lane l does
 //     acc[l] = fma(w'[k0 + e(2l+1)], x~[k0 + e(2l+1)], acc[l]);
 //     acc[l] = fma(w'[k0 + e(2l)],   x~[k0 + e(2l)],   acc[l]);
 //   which is VDPBF16PS (the odd product first, each sum rounded once, tools/bench/probe_dpbf16):
@@ -259,8 +262,13 @@ void range_nvfp4_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int
 // 2^-123: normal or zero, and the instruction's flushing of subnormals never applies.
 namespace {
 constexpr int bf16_word_element(int i) {
-  return 16 * ((i >> 2) & 1) + 4 * (i >> 3) + (i & 3);
+  return 16 * ((i >> 2) & 1) + 8 * ((i >> 1) & 1) + 4 * (i & 1) + (i >> 3);
 }
+static_assert([] {
+  uint32_t seen = 0;
+  for (int i = 0; i < 32; ++i) seen |= uint32_t(1) << bf16_word_element(i);
+  return seen == ~uint32_t(0);
+}());
 }  // namespace
 
 void range_nvfp4_bf16_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
@@ -309,20 +317,30 @@ alignas(64) constexpr std::array<uint16_t, 256 * 16> kProductsBf16 = [] {
 }();
 
 // The 32 weights of the chunk at k0 of one output row, in word order: the 16 code bytes are
-// broadcast per 128 bits, so qword j holds block j & 1; VPMULTISHIFTQB puts nibble
-// 4 * (j >> 1) + i in the low byte of word i of qword j, VPTERNLOGD keeps its 4 bits and sets bit
-// 4 in the odd qwords, and VPERMW looks the 5-bit index up in the two blocks' product rows.
+// broadcast per 128 bits, so qword j holds block j & 1, and word i of qword j takes nibble
+// 4 * i + (j >> 1) into its low bits. With Shift (Zen 4) one VPSRLVD by 4 * (j >> 1) per dword
+// does that (a dword holds words 2m and 2m + 1: nibbles 8m + ..); else VPMULTISHIFTQB selects it
+// into the word's low byte (beside the dot products on a CPU whose shuffle port is not theirs).
+// VPTERNLOGD keeps the 4 index bits and sets bit 4 in the odd qwords, and VPERMW looks the 5-bit
+// index up in the two blocks' product rows.
+template <bool Shift>
 inline __m512i decode32_bf16(const uint8_t* codes, const uint8_t* scales) {
-  const __m512i ctrl = _mm512_set_epi64(0x003C003800340030, 0x003C003800340030, 0x002C002800240020,
-                                        0x002C002800240020, 0x001C001800140010, 0x001C001800140010,
-                                        0x000C000800040000, 0x000C000800040000);
   const __m512i block1 = _mm512_set_epi64(0x0010001000100010, 0, 0x0010001000100010, 0,
                                           0x0010001000100010, 0, 0x0010001000100010, 0);
   const __m512i q =
       _mm512_maskz_broadcast_i64x2(0xFF, _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
-  const __m512i idx = _mm512_ternarylogic_epi32(
-      _mm512_maskz_multishift_epi64_epi8(~__mmask64(0), ctrl, q), _mm512_set1_epi16(0x0F), block1,
-      0xEA);  // (a & b) | c
+  __m512i nibbles;
+  if constexpr (Shift) {
+    nibbles = _mm512_maskz_srlv_epi32(
+        0xFFFF, q, _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
+  } else {
+    const __m512i ctrl = _mm512_set_epi64(
+        0x003C002C001C000C, 0x003C002C001C000C, 0x0038002800180008, 0x0038002800180008,
+        0x0034002400140004, 0x0034002400140004, 0x0030002000100000, 0x0030002000100000);
+    nibbles = _mm512_maskz_multishift_epi64_epi8(~__mmask64(0), ctrl, q);
+  }
+  const __m512i idx =
+      _mm512_ternarylogic_epi32(nibbles, _mm512_set1_epi16(0x0F), block1, 0xEA);  // (a & b) | c
   const __m512i table = _mm512_mask_broadcast_i64x4(
       _mm512_maskz_broadcast_i64x4(0xFF, _mm256_load_si256(reinterpret_cast<const __m256i*>(
                                              kProductsBf16.data() + 16 * scales[0]))),
@@ -331,12 +349,13 @@ inline __m512i decode32_bf16(const uint8_t* codes, const uint8_t* scales) {
   return _mm512_permutexvar_epi16(idx, table);
 }
 
-// x~ of one row (round_activation_bf16 of each element): the chunks as bf16 in word order (k
-// order, then one VPERMW per chunk), then the tail as f32 in k order.
+// x~ of one row (round_activation_bf16 of each element): the chunks as bf16 with word i of each
+// = element Element(i) (k order, then one VPERMW per chunk), then the tail as f32 in k order.
+template <int (*Element)(int)>
 inline void round_row_bf16_avx512(const float* x, int64_t K, uint16_t* words, float* tail) {
   alignas(64) static constexpr std::array<uint16_t, 32> order = [] {
     std::array<uint16_t, 32> a{};
-    for (int i = 0; i < 32; ++i) a[size_t(i)] = uint16_t(bf16_word_element(i));
+    for (int i = 0; i < 32; ++i) a[size_t(i)] = uint16_t(Element(i));
     return a;
   }();
   packed::round_row_bf16_kord(x, K, words, tail);
@@ -345,16 +364,23 @@ inline void round_row_bf16_avx512(const float* x, int64_t K, uint16_t* words, fl
     _mm512_storeu_si512(words + k0, _mm512_permutexvar_epi16(perm, _mm512_loadu_si512(words + k0)));
 }
 
-// One scale block's 16 weights as bf16 in k order, for tile_bf16_y: the 8 code bytes broadcast
-// to every qword, VPMULTISHIFTQB puts nibble 4j + i in the low byte of word i of qword j, and
-// VPERMW (which reads 4 index bits at this width) looks it up in the block's product row.
+// tile_bf16_y's activations: each block's 16 words as decode16_bf16_row gives its weights.
+constexpr int halves_word_element(int i) {
+  return 16 * (i >> 4) + 4 * (i & 3) + ((i >> 2) & 3);
+}
+
+// One scale block's 16 weights as bf16 for tile_bf16_y, word w = element 4 * (w % 4) + w / 4 of
+// the block (the word order's lanes of that block, packed): the 8 code bytes broadcast to every
+// qword, VPSRLVD by 4 * j in qword j puts that nibble in the low bits of each word, and VPERMW
+// (which reads 4 index bits at this width) looks it up in the block's product row. The shift runs
+// beside the dot products on Zen 4, where VPMULTISHIFTQB takes their pipes
+// (tools/bench/probe_ports.cpp).
 inline __m256i decode16_bf16_row(const uint8_t* codes, const char* row) {
-  const __m256i ctrl = _mm256_set_epi64x(0x003C003800340030, 0x002C002800240020, 0x001C001800140010,
-                                         0x000C000800040000);
   int64_t q;
   std::memcpy(&q, codes, 8);
   return _mm256_permutexvar_epi16(
-      _mm256_maskz_multishift_epi64_epi8(~__mmask32(0), ctrl, _mm256_set1_epi64x(q)),
+      _mm256_maskz_srlv_epi32(0xFF, _mm256_set1_epi64x(q),
+                              _mm256_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12)),
       _mm256_load_si256(reinterpret_cast<const __m256i*>(row)));
 }
 inline __m256i decode16_bf16(const uint8_t* codes, uint8_t scale) {
@@ -365,7 +391,8 @@ inline __m256i decode16_bf16(const uint8_t* codes, uint8_t scale) {
 // Up to 8 rows: one pass (one decode feeds every row, so a 5-8-row pass decodes each weight
 // once). More: groups of 8 while their activations (8 * K * 2 bytes) fit in half of L1 beside the
 // streamed weights, else of 4 (K = 2688: 8-row groups measured ~10 % slower at 12 and 64 rows;
-// K = 1856: 4-row groups ~5 % slower at 64 rows).
+// K = 1856: 4-row groups ~5 % slower at 64 rows). Shift: decode32_bf16's variable shift (Zen 4).
+template <bool Shift>
 struct Nvfp4Bf16Z {
   using Ref = Nvfp4Ref;
   static constexpr int64_t kPrefetchK = 128;  // a cache line of codes
@@ -390,7 +417,9 @@ struct Nvfp4Bf16Z {
       codes = static_cast<const uint8_t*>(w.data) + o * row_bytes;
       scales = static_cast<const uint8_t*>(w.scales) + o * (w.cols / 16);
     }
-    __m512i decode(int64_t k0) const { return decode32_bf16(codes + k0 / 2, scales + k0 / 16); }
+    __m512i decode(int64_t k0) const {
+      return decode32_bf16<Shift>(codes + k0 / 2, scales + k0 / 16);
+    }
     // The scale bytes of the 8 blocks from k0 (an unrolled step of 128 weights) in one load, and
     // block b's product row (32 bytes) from them.
     uint64_t scale_word(int64_t k0) const { return detail::scale_word(scales, k0); }
@@ -416,7 +445,10 @@ struct Nvfp4Bf16Z {
     }
   };
   static void round_row(const float* x, int64_t K, uint16_t* words, float* tail) {
-    round_row_bf16_avx512(x, K, words, tail);
+    round_row_bf16_avx512<bf16_word_element>(x, K, words, tail);
+  }
+  static void round_row_halves(const float* x, int64_t K, uint16_t* words, float* tail) {
+    round_row_bf16_avx512<halves_word_element>(x, K, words, tail);
   }
   static int64_t group(int64_t n_rows, int64_t K) {
     return n_rows <= 8 || 16 * K <= 32 * 1024 ? 8 : 4;
@@ -428,44 +460,59 @@ struct Nvfp4Bf16Z {
 void range_nvfp4_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_rows,
                              int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
                              int64_t o_end) {
-  packed::range_bf16_z<Nvfp4Bf16Z>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  packed::range_bf16_z<Nvfp4Bf16Z<false>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 void range_nvfp4_bf16_avx512_halves(const PackedWeight& w, const float* x, int64_t n_rows,
                                     int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
                                     int64_t o_end) {
-  packed::range_bf16_z<Nvfp4Bf16Z, 4>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  packed::range_bf16_z<Nvfp4Bf16Z<true>, 4>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 #pragma GCC pop_options
 
 // ---- bf16 activations on AVX2 (no VDPBF16PS): the same fused multiply-adds in f32 ----
-// Lane l of the order above takes the two nibbles of one code byte, byte(l) = kLaneByte[l]: the
-// odd (high) element first, then the even one. Here a ymm holds the lanes of 8 consecutive bytes,
-// i.e. of one scale block: A = bytes 0-7 (block 0), B = bytes 8-15 (block 1), so a block's 8 E2M1
-// magnitudes times its scale (exact) make one VPERMPS table, and the sign is the nibble's bit 3.
-// The activations are laid out once per row as [odd A, even A, odd B, even B] x 8 per chunk; the
-// lanes go back to the order's positions only in the finish.
+// Lane l of the order above takes elements e(2l + 1) = e(2l) + 4 and e(2l) of block (l >> 1) & 1:
+// the odd element first, then the even one. Here a ymm holds the 8 lanes of one scale block
+// (A = block 0, B = block 1), lane m = pair (pair_even(m) + 4, pair_even(m)) of the block, as
+// tile_bf16_y's lane m; a block's 8 E2M1 magnitudes times its scale (exact) make one VPERMPS
+// table, and the sign is the nibble's bit 3. The activations are laid out once per row as
+// [odd A, even A, odd B, even B] x 8 per chunk; the lanes go back to the order's positions only in
+// the finish.
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 
 namespace {
-constexpr std::array<int, 16> kLaneByte = [] {
+constexpr int pair_even(int m) {
+  return bf16_word_element(2 * (4 * (m / 2) + m % 2));
+}
+static_assert(bf16_word_element(2 * (4 * 3 + 2 + 1) + 1) == 16 + pair_even(7) + 4);
+// The ymm lane (8 * block + m) of the order's lane l.
+constexpr std::array<int, 16> kLaneAcc = [] {
   std::array<int, 16> a{};
-  for (int l = 0; l < 16; ++l) a[size_t(l)] = bf16_word_element(2 * l) / 2;
+  for (int l = 0; l < 16; ++l) a[size_t(l)] = 8 * ((l >> 1) & 1) + 2 * (l >> 2) + (l & 1);
   return a;
 }();
+// twice_e2m1's byte of element e of a block, at the top of a dword.
+constexpr int top_of_element(int e) {
+  return top(8 * (e % 2) + e / 2);
+}
 
-// One block's 8 lanes: w'(odd) then w'(even) of each byte into acc, for R rows. The decode is
+// One block's 8 lanes: w'(odd) then w'(even) of each pair into acc, for R rows. The decode is
 // Nvfp4Avx2::decode16's (2*E2M1 as int8 in the top byte of a dword, converted exactly, times
-// E4M3 * 2^-25), with the placing shuffles picking the even and the odd elements instead.
+// E4M3 * 2^-25), with the placing shuffles picking the pairs' even and odd elements instead.
 template <int R>
 inline void block_bf16_avx2(const uint8_t* codes, const float* scale_2m25, const float* const* xr,
                             int64_t off, __m256* acc) {
-  const __m256i even =
-      _mm256_setr_epi32(top(0), top(1), top(2), top(3), top(4), top(5), top(6), top(7));
+  const __m256i even = _mm256_setr_epi32(
+      top_of_element(pair_even(0)), top_of_element(pair_even(1)), top_of_element(pair_even(2)),
+      top_of_element(pair_even(3)), top_of_element(pair_even(4)), top_of_element(pair_even(5)),
+      top_of_element(pair_even(6)), top_of_element(pair_even(7)));
   const __m256i odd =
-      _mm256_setr_epi32(top(8), top(9), top(10), top(11), top(12), top(13), top(14), top(15));
+      _mm256_setr_epi32(top_of_element(pair_even(0) + 4), top_of_element(pair_even(1) + 4),
+                        top_of_element(pair_even(2) + 4), top_of_element(pair_even(3) + 4),
+                        top_of_element(pair_even(4) + 4), top_of_element(pair_even(5) + 4),
+                        top_of_element(pair_even(6) + 4), top_of_element(pair_even(7) + 4));
   const __m256i v = Nvfp4Avx2::twice_e2m1(codes);
   const __m256 s = _mm256_broadcast_ss(scale_2m25);
   const __m256 w_odd = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, odd)), s);
@@ -477,8 +524,9 @@ inline void block_bf16_avx2(const uint8_t* codes, const float* scale_2m25, const
   }
 }
 
-// R rows (laid out by packed::lay_row_bf16_pairs, stride K) x O outputs [o, o + O). Each chunk is
-// two dependent FMAs per accumulator, so 1-2 rows take two outputs to keep enough chains in flight.
+// R rows (laid out by packed::lay_row_bf16_pairs<Nvfp4Bf16Pairs>, stride K) x O outputs [o, o + O).
+// Each chunk is two dependent FMAs per accumulator, so 1-2 rows take two outputs to keep enough
+// chains in flight.
 template <int R, int O>
 [[gnu::noinline]] void tile_bf16_avx2(const PackedWeight& w, const float* xl, float* y, int64_t ys,
                                       int64_t o) {
@@ -507,13 +555,13 @@ template <int R, int O>
                          b[j]);
     }
   }
-  alignas(32) float by_byte[O][R][16];
+  alignas(32) float by_lane[O][R][16];
 #pragma GCC unroll 16
   for (int j = 0; j < O; ++j)
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      _mm256_store_ps(by_byte[j][r], a[j][r]);
-      _mm256_store_ps(by_byte[j][r] + 8, b[j][r]);
+      _mm256_store_ps(by_lane[j][r], a[j][r]);
+      _mm256_store_ps(by_lane[j][r] + 8, b[j][r]);
     }
 #pragma GCC unroll 16
   for (int j = 0; j < O; ++j)
@@ -521,7 +569,7 @@ template <int R, int O>
     for (int r = 0; r < R; ++r) {
       float v[8];
       for (int l = 0; l < 8; ++l)
-        v[l] = by_byte[j][r][kLaneByte[size_t(l)]] + by_byte[j][r][kLaneByte[size_t(l + 8)]];
+        v[l] = by_lane[j][r][kLaneAcc[size_t(l)]] + by_lane[j][r][kLaneAcc[size_t(l + 8)]];
       float t = 0.0f;
       for (int64_t k = K32; k < K; ++k) t = std::fma(d[j].at(k), xr[r][k], t);
       y[r * ys + o + j] = (hsum8_fixed(v) + t) * d[j].post();
@@ -529,6 +577,8 @@ template <int R, int O>
 }
 
 struct Nvfp4Bf16Pairs {
+  static constexpr int pair_even(int m) { return detail::pair_even(m); }
+  static constexpr int kPairApart = 4;
   template <int R, int O>
   static void tile(const PackedWeight& w, const float* xl, float* y, int64_t ys, int64_t o) {
     tile_bf16_avx2<R, O>(w, xl, y, ys, o);

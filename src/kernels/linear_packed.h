@@ -257,16 +257,18 @@ inline void with_row_tile(int64_t rows, F&& f) {
 }
 
 // Arith::Bf16 on AVX2 (no VDPBF16PS): x~ of one row laid out so that an 8-lane f32 vector takes
-// the pairs (2p + 1, 2p) of 16 consecutive elements as two FMAs: each chunk of 32 at k0 as
-// [x~(k0 + 2p + 1) for p < 8, x~(k0 + 2p) for p < 8, the same for k0 + 16]; the tail [K32, K)
-// as x~ in k order after the chunks.
+// the pairs (T::pair_even(p) + T::kPairApart, T::pair_even(p)) of 16 consecutive elements as two
+// FMAs: each chunk of 32 at k0 as [x~(k0 + odd(p)) for p < 8, x~(k0 + even(p)) for p < 8, the
+// same for k0 + 16]; the tail [K32, K) as x~ in k order after the chunks.
+template <class T>
 inline void lay_row_bf16_pairs(const float* x, int64_t K, float* out) {
   const int64_t K32 = K - K % 32;
   for (int64_t k0 = 0; k0 < K32; k0 += 32)
     for (int h = 0; h < 2; ++h)
       for (int p = 0; p < 8; ++p) {
-        out[k0 + 16 * h + p] = round_activation_bf16(x[k0 + 16 * h + 2 * p + 1]);
-        out[k0 + 16 * h + 8 + p] = round_activation_bf16(x[k0 + 16 * h + 2 * p]);
+        const int64_t even = k0 + 16 * h + T::pair_even(p);
+        out[k0 + 16 * h + p] = round_activation_bf16(x[even + T::kPairApart]);
+        out[k0 + 16 * h + 8 + p] = round_activation_bf16(x[even]);
       }
   for (int64_t k = K32; k < K; ++k) out[k] = round_activation_bf16(x[k]);
 }
@@ -783,11 +785,11 @@ inline void rows_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* 
 }
 
 // The tile of tile_bf16_z for decoders whose chunk is two 16-weight scale blocks, one ymm each:
-// T::Cursor::decode_halves(k0, dk, lo, hi) gives each block's weights as bf16 in k order (or, with
-// sw = T::Cursor::scale_word(k0), decode_halves(k0, dk, sw, lo, hi)), over activations in k order.
-// Lane m of block h's accumulator sums the weights of elements 16h + 2m
-// (+ 1), as lane 4 * (m / 2) + 2h + m % 2 of tile_bf16_z does, in the same order, so the result
-// is the same bits. Where a 512-bit operation runs as two 256-bit halves (Zen 4) a block's
+// T::Cursor::decode_halves(k0, dk, lo, hi) gives each block's weights as bf16 (or, with
+// sw = T::Cursor::scale_word(k0), decode_halves(k0, dk, sw, lo, hi)), over activations laid out
+// the same way (T::round_row_halves): lane m of block h's accumulator sums the pair of elements
+// that lane 4 * (m / 2) + 2h + m % 2 of tile_bf16_z sums, in the same order, so the result is the
+// same bits. Where a 512-bit operation runs as two 256-bit halves (Zen 4) a block's
 // product row can be the permute's memory operand, with no merging of two rows into one zmm and no
 // VPTERNLOGD: 1-2-row NVFP4 passes ran 1.10-1.25x faster there, and with the step unrolling and
 // the scale words 3 rows too (64 x 2688 L2-resident 10.44 -> 8.23 us, 131072 x 2688 streamed
@@ -893,8 +895,9 @@ inline void round_row_bf16_kord(const float* x, int64_t K, uint16_t* words, floa
   for (int64_t k = K32; k < K; ++k) tail[k - K32] = round_activation_bf16(x[k]);
 }
 
-// Passes of up to HalvesRows (0 or 4) rows take tile_bf16_y over rows in k order (with 0, T needs
-// no decode_halves), the others tile_bf16_z over rows in T::round_row's order.
+// Passes of up to HalvesRows (0 or 4) rows take tile_bf16_y over rows in T::round_row_halves's
+// order (with 0, T needs neither it nor decode_halves), the others tile_bf16_z over rows in
+// T::round_row's order.
 template <class T, int64_t HalvesRows = 0>
 void range_bf16_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
                   int64_t ys, int64_t o_begin, int64_t o_end) {
@@ -906,7 +909,7 @@ void range_bf16_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
   if constexpr (HalvesRows > 0)
     if (n_rows <= HalvesRows) {
       for (int64_t r = 0; r < n_rows; ++r)
-        round_row_bf16_kord(x + r * xs, K, xw.get() + r * K, xt.get() + r * (K - K32));
+        T::round_row_halves(x + r * xs, K, xw.get() + r * K, xt.get() + r * (K - K32));
       const auto rows = [&]<int R>() {
         rows_bf16_y<T, R>(w, xw.get(), xt.get(), y, ys, o_begin, o_end);
       };
@@ -933,7 +936,7 @@ void range_bf16_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
 
 #pragma GCC pop_options
 
-// On AVX2: T::tile<R, O>(w, xl, y, ys, o) over rows laid out by lay_row_bf16_pairs (stride K);
+// On AVX2: T::tile<R, O>(w, xl, y, ys, o) over rows laid out by lay_row_bf16_pairs<T> (stride K);
 // tiles of up to 4 rows, two outputs at 1-2 rows (each chunk is two dependent FMAs per
 // accumulator, so one or two rows need more chains in flight).
 template <class T, int R>
@@ -951,7 +954,7 @@ void range_bf16_pairs(const PackedWeight& w, const float* x, int64_t n_rows, int
   if (n_rows <= 0 || o_begin >= o_end) return;
   const int64_t K = w.cols;
   const auto xl = alloc_aligned64<float>(size_t(n_rows * K));
-  for (int64_t r = 0; r < n_rows; ++r) lay_row_bf16_pairs(x + r * xs, K, xl.get() + r * K);
+  for (int64_t r = 0; r < n_rows; ++r) lay_row_bf16_pairs<T>(x + r * xs, K, xl.get() + r * K);
   const int64_t ob = n_rows <= 4 ? o_end - o_begin : swept_block_outputs(w);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
     const int64_t o1 = std::min(o_end, o0 + ob);

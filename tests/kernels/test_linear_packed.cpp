@@ -603,16 +603,16 @@ std::unique_ptr<Case> make_bf16(WeightFormat f, int64_t rows, int64_t cols, uint
 constexpr WeightFormat kBf16Formats[] = {WeightFormat::NVFP4, WeightFormat::FP8_E4M3};
 
 // The order, written from its statement: in each 32-weight chunk, NVFP4's decoder holds 4 words
-// in each of its 8 qwords; qword j's words come from scale block j % 2, positions 4 * (j / 2) ..
-// + 3. FP8's words are in k order. Lane l sums words 2l + 1 then 2l; lanes fold as (l, l + 8),
-// then the fixed 8-lane sum.
+// in each of its 8 qwords; qword j's words come from scale block j % 2, word i from position
+// 4 * i + j / 2 (so a lane's two words are 4 apart). FP8's words are in k order. Lane l sums words
+// 2l + 1 then 2l; lanes fold as (l, l + 8), then the fixed 8-lane sum.
 float by_definition(const Case& m, int64_t o, const std::vector<float>& xr, float post) {
   const int64_t K = m.w.cols, K32 = K / 32 * 32;
   int element[32];
   for (int j = 0; j < 8; ++j)
     for (int i = 0; i < 4; ++i)
       element[4 * j + i] =
-          m.w.format == WeightFormat::NVFP4 ? (j % 2) * 16 + (j / 2) * 4 + i : 4 * j + i;
+          m.w.format == WeightFormat::NVFP4 ? (j % 2) * 16 + 4 * i + j / 2 : 4 * j + i;
   float lane[16] = {};
   for (int64_t c = 0; c < K32; c += 32)
     for (int l = 0; l < 16; ++l)

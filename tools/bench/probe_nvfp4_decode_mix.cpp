@@ -44,7 +44,8 @@ constexpr float kE2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, 
 uint16_t bf16_exact(float f) {  // the values here have <= 8 significant bits
   return uint16_t(std::bit_cast<uint32_t>(f) >> 16);
 }
-// Word i of a zmm chunk holds element e(i) (the kernel's order); the ymm variant uses k order.
+// Word i of a zmm chunk holds element e(i) (the kernels' order until 2026-12-04, when the pairs
+// became elements 4 apart: linear_nvfp4.cpp); the ymm variant uses k order.
 int word_element(int i) {
   return 16 * ((i >> 2) & 1) + 4 * (i >> 3) + (i & 3);
 }
