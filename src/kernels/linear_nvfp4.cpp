@@ -320,7 +320,7 @@ alignas(64) constexpr std::array<uint16_t, 256 * 16> kProductsBf16 = [] {
 // broadcast per 128 bits, so qword j holds block j & 1, and word i of qword j takes nibble
 // 4 * i + (j >> 1) into its low bits. With Shift (Zen 4) one VPSRLVD by 4 * (j >> 1) per dword
 // does that (a dword holds words 2m and 2m + 1: nibbles 8m + ..); else VPMULTISHIFTQB selects it
-// into the word's low byte (beside the dot products on a CPU whose shuffle port is not theirs).
+// into the word's low byte (the other CPUs' decoder as measured before, only its selectors new).
 // VPTERNLOGD keeps the 4 index bits and marks the odd qwords' words as block 1's. With Shift,
 // VPERMI2W takes them from two tables, each block's 32-byte row loaded alone (bit 5 picks the
 // table, bit 4 is clear); else VPERMW from the two rows merged into one zmm (bit 4). Zen 4 runs
