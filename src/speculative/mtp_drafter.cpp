@@ -79,6 +79,11 @@ void MtpDrafter::commit(std::span<const int32_t> accepted, int32_t next_anchor,
   pending_hidden_.insert(pending_hidden_.end(), hidden, hidden + n * H);
   pending_tokens_.insert(pending_tokens_.end(), accepted.begin(), accepted.end());
   pending_tokens_.push_back(next_anchor);
+  if (pending_tokens_.size() > kMaxPendingSlots) {
+    const size_t drop = pending_tokens_.size() - kMaxPendingSlots;
+    pending_tokens_.erase(pending_tokens_.begin(), pending_tokens_.begin() + ptrdiff_t(drop));
+    pending_hidden_.erase(pending_hidden_.begin(), pending_hidden_.begin() + ptrdiff_t(drop * H));
+  }
 }
 
 }  // namespace nemo::speculative

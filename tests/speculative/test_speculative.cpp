@@ -380,6 +380,47 @@ TEST(MtpDrafter, CommitsRunLateGiveTheSameDrafts) {
   EXPECT_EQ(compared, 2);
 }
 
+// After a long run of plain steps the MTP drafter keeps only the last 16 deferred slots: its
+// proposal is bitwise that of a drafter given only those commits (the older slots never reach the
+// head's KV cache), and the run costs the head 16 rows, not one per step.
+TEST(MtpDrafter, LongPlainRunsKeepOnlyTheLastSlots) {
+  static const auto m =
+      model::NemotronH::load(std::string(NEMOTRON_SOURCE_DIR) + "/models/tiny-code");
+  const int64_t V = m->config().vocab_size, H = m->config().hidden_size;
+  const std::vector<int32_t> prompt = {533, 50, 99, 354, 354, 289, 276, 368, 544, 690, 589, 295};
+  model::ForwardOptions fo;
+  fo.want_hidden = fo.all_logits = true;
+  auto st = m->new_state();
+  auto r = m->forward(st, prompt, fo, ThreadConfig{1});
+  int32_t anchor = kernels::argmax({r.logits.data() + (r.rows - 1) * V, size_t(V)});
+  MtpDrafter all(*m, ThreadConfig{1}), last(*m, ThreadConfig{1});
+  all.begin(prompt, r.hidden.data(), anchor);
+  last.begin(prompt, r.hidden.data(), anchor);
+  constexpr int kSteps = 40, kKept = 16;
+  std::vector<int32_t> anchors;
+  std::vector<float> hidden;
+  for (int step = 0; step < kSteps; ++step) {
+    const int32_t in[1] = {anchor};
+    r = m->forward(st, in, fo, ThreadConfig{1});
+    anchor = kernels::argmax({r.logits.data(), size_t(V)});
+    ASSERT_EQ(r.hidden.size(), size_t(H));
+    all.commit({}, anchor, r.hidden.data());
+    anchors.push_back(anchor);
+    hidden.insert(hidden.end(), r.hidden.data(), r.hidden.data() + H);
+  }
+  for (int step = kSteps - kKept; step < kSteps; ++step)
+    last.commit({}, anchors[size_t(step)], hidden.data() + int64_t(step) * H);
+  const SamplingParams greedy;
+  Rng rng(1);
+  const DraftProposal a = all.propose(3, greedy, rng), b = last.propose(3, greedy, rng);
+  EXPECT_EQ(all.last_round().p, int64_t(prompt.size()) + kKept);
+  EXPECT_EQ(a.tokens, b.tokens);
+  ASSERT_EQ(all.last_round().logits.size(), size_t(3 * V));
+  ASSERT_EQ(all.last_round().logits.size(), last.last_round().logits.size());
+  EXPECT_EQ(0, std::memcmp(all.last_round().logits.data(), last.last_round().logits.data(),
+                           all.last_round().logits.size() * sizeof(float)));
+}
+
 // --spec auto: a greedy request's draft length adapts (DraftPolicy), its tokens stay the plain
 // ones; a sampled request drafts --draft-max every round, so a seed gives what --spec mtp gives.
 TEST(SpeculativeAuto, AdaptsGreedyOnlyAndKeepsTheTokens) {
