@@ -340,41 +340,69 @@ TEST(SpeculativeSampling, MtpDraftsKeepTheTargetDistribution) {
   }
 }
 
+namespace {
+
+// Two MTP drafters begun on the same prompt of models/tiny-code, with the target decoding greedily
+// after it: step() runs one token and leaves its hidden row in r.
+struct TwoMtpDrafters {
+  static const model::NemotronH& target() {
+    static const auto m =
+        model::NemotronH::load(std::string(NEMOTRON_SOURCE_DIR) + "/models/tiny-code");
+    return *m;
+  }
+  const model::NemotronH& m = target();
+  const int64_t V = m.config().vocab_size, H = m.config().hidden_size;
+  const std::vector<int32_t> prompt = {533, 50, 99, 354, 354, 289, 276, 368, 544, 690, 589, 295};
+  model::ForwardOptions fo = [] {
+    model::ForwardOptions o;
+    o.want_hidden = o.all_logits = true;
+    return o;
+  }();
+  model::SequenceState st = m.new_state();
+  model::ForwardResult r = m.forward(st, prompt, fo, ThreadConfig{1});
+  int32_t anchor = kernels::argmax({r.logits.data() + (r.rows - 1) * V, size_t(V)});
+  MtpDrafter a{m, ThreadConfig{1}}, b{m, ThreadConfig{1}};
+  TwoMtpDrafters() {
+    a.begin(prompt, r.hidden.data(), anchor);
+    b.begin(prompt, r.hidden.data(), anchor);
+  }
+  void step() {
+    const int32_t in[1] = {anchor};
+    r = m.forward(st, in, fo, ThreadConfig{1});
+    anchor = kernels::argmax({r.logits.data(), size_t(V)});
+    ASSERT_EQ(r.hidden.size(), size_t(H));
+  }
+  // a's and b's next proposals of 3 greedy drafts, bitwise the same.
+  void expect_same_proposals(const char* where) {
+    Rng rng(1);
+    const DraftProposal pa = a.propose(3, {}, rng), pb = b.propose(3, {}, rng);
+    EXPECT_EQ(pa.tokens, pb.tokens) << where;
+    ASSERT_EQ(a.last_round().p, b.last_round().p) << where;
+    ASSERT_EQ(a.last_round().logits.size(), size_t(3 * V)) << where;
+    ASSERT_EQ(b.last_round().logits.size(), size_t(3 * V)) << where;
+    EXPECT_EQ(0, std::memcmp(a.last_round().logits.data(), b.last_round().logits.data(),
+                             a.last_round().logits.size() * sizeof(float)))
+        << where;
+  }
+};
+
+}  // namespace
+
 // The MTP drafter runs the slots a round commits only when it next proposes (a round that drafts
 // nothing, DraftPolicy's plain step, costs no MTP work). Its proposal is then bitwise the one it
 // gives when it proposes (and chains, and truncates) every round: commits of several rounds run
 // as one forward of the head, whose rows do not depend on the batch.
 TEST(MtpDrafter, CommitsRunLateGiveTheSameDrafts) {
-  static const auto m = model::NemotronH::load(std::string(NEMOTRON_SOURCE_DIR) + "/models/tiny-code");
-  const int64_t V = m->config().vocab_size, H = m->config().hidden_size;
-  const std::vector<int32_t> prompt = {533, 50, 99, 354, 354, 289, 276, 368, 544, 690, 589, 295};
-  model::ForwardOptions fo;
-  fo.want_hidden = fo.all_logits = true;
-  auto st = m->new_state();
-  auto r = m->forward(st, prompt, fo, ThreadConfig{1});
-  int32_t anchor = kernels::argmax({r.logits.data() + (r.rows - 1) * V, size_t(V)});
-  MtpDrafter every(*m, ThreadConfig{1}), late(*m, ThreadConfig{1});
-  every.begin(prompt, r.hidden.data(), anchor);
-  late.begin(prompt, r.hidden.data(), anchor);
-  const SamplingParams greedy;
+  TwoMtpDrafters d;  // a proposes every round, b after 4 commits
   Rng rng(1);
   int compared = 0;
   for (int round = 0; round < 9; ++round) {
-    every.propose(3, greedy, rng);  // chained slots that the next commit truncates
-    const int32_t in[1] = {anchor};
-    r = m->forward(st, in, fo, ThreadConfig{1});
-    anchor = kernels::argmax({r.logits.data(), size_t(V)});
-    ASSERT_EQ(r.hidden.size(), size_t(H));
-    every.commit({}, anchor, r.hidden.data());
-    late.commit({}, anchor, r.hidden.data());
-    if (round % 4 != 3) continue;  // `late` proposes after 4 commits
-    const DraftProposal a = every.propose(3, greedy, rng), b = late.propose(3, greedy, rng);
-    ASSERT_EQ(a.tokens, b.tokens) << "round " << round;
-    ASSERT_EQ(every.last_round().p, late.last_round().p);
-    ASSERT_EQ(every.last_round().logits.size(), late.last_round().logits.size());
-    EXPECT_EQ(0, std::memcmp(every.last_round().logits.data(), late.last_round().logits.data(),
-                             every.last_round().logits.size() * sizeof(float)))
-        << "round " << round;
+    d.a.propose(3, {}, rng);  // chained slots that the next commit truncates
+    d.step();
+    d.a.commit({}, d.anchor, d.r.hidden.data());
+    d.b.commit({}, d.anchor, d.r.hidden.data());
+    if (round % 4 != 3) continue;
+    d.expect_same_proposals(("round " + std::to_string(round)).c_str());
     ++compared;
   }
   EXPECT_EQ(compared, 2);
@@ -384,41 +412,20 @@ TEST(MtpDrafter, CommitsRunLateGiveTheSameDrafts) {
 // proposal is bitwise that of a drafter given only those commits (the older slots never reach the
 // head's KV cache), and the run costs the head 16 rows, not one per step.
 TEST(MtpDrafter, LongPlainRunsKeepOnlyTheLastSlots) {
-  static const auto m =
-      model::NemotronH::load(std::string(NEMOTRON_SOURCE_DIR) + "/models/tiny-code");
-  const int64_t V = m->config().vocab_size, H = m->config().hidden_size;
-  const std::vector<int32_t> prompt = {533, 50, 99, 354, 354, 289, 276, 368, 544, 690, 589, 295};
-  model::ForwardOptions fo;
-  fo.want_hidden = fo.all_logits = true;
-  auto st = m->new_state();
-  auto r = m->forward(st, prompt, fo, ThreadConfig{1});
-  int32_t anchor = kernels::argmax({r.logits.data() + (r.rows - 1) * V, size_t(V)});
-  MtpDrafter all(*m, ThreadConfig{1}), last(*m, ThreadConfig{1});
-  all.begin(prompt, r.hidden.data(), anchor);
-  last.begin(prompt, r.hidden.data(), anchor);
+  TwoMtpDrafters d;  // a gets all 40 commits, b the last 16
   constexpr int kSteps = 40, kKept = 16;
   std::vector<int32_t> anchors;
   std::vector<float> hidden;
   for (int step = 0; step < kSteps; ++step) {
-    const int32_t in[1] = {anchor};
-    r = m->forward(st, in, fo, ThreadConfig{1});
-    anchor = kernels::argmax({r.logits.data(), size_t(V)});
-    ASSERT_EQ(r.hidden.size(), size_t(H));
-    all.commit({}, anchor, r.hidden.data());
-    anchors.push_back(anchor);
-    hidden.insert(hidden.end(), r.hidden.data(), r.hidden.data() + H);
+    d.step();
+    d.a.commit({}, d.anchor, d.r.hidden.data());
+    anchors.push_back(d.anchor);
+    hidden.insert(hidden.end(), d.r.hidden.data(), d.r.hidden.data() + d.H);
   }
   for (int step = kSteps - kKept; step < kSteps; ++step)
-    last.commit({}, anchors[size_t(step)], hidden.data() + int64_t(step) * H);
-  const SamplingParams greedy;
-  Rng rng(1);
-  const DraftProposal a = all.propose(3, greedy, rng), b = last.propose(3, greedy, rng);
-  EXPECT_EQ(all.last_round().p, int64_t(prompt.size()) + kKept);
-  EXPECT_EQ(a.tokens, b.tokens);
-  ASSERT_EQ(all.last_round().logits.size(), size_t(3 * V));
-  ASSERT_EQ(all.last_round().logits.size(), last.last_round().logits.size());
-  EXPECT_EQ(0, std::memcmp(all.last_round().logits.data(), last.last_round().logits.data(),
-                           all.last_round().logits.size() * sizeof(float)));
+    d.b.commit({}, anchors[size_t(step)], hidden.data() + int64_t(step) * d.H);
+  d.expect_same_proposals("after 40 plain steps");
+  EXPECT_EQ(d.a.last_round().p, int64_t(d.prompt.size()) + kKept);
 }
 
 // --spec auto: a greedy request's draft length adapts (DraftPolicy), its tokens stay the plain
