@@ -269,6 +269,16 @@ static_assert([] {
   for (int i = 0; i < 32; ++i) seen |= uint32_t(1) << bf16_word_element(i);
   return seen == ~uint32_t(0);
 }());
+// The lane of that order that lane m (0..7) of block h's 256-bit accumulator holds (tile_bf16_y
+// and the AVX2 kernel keep each block's 8 lanes in one ymm).
+constexpr int order_lane(int h, int m) {
+  return 4 * (m / 2) + 2 * h + m % 2;
+}
+static_assert([] {
+  for (int l = 0; l < 16; ++l)
+    if (bf16_word_element(2 * l + 1) != bf16_word_element(2 * l) + 4) return false;
+  return true;
+}());
 }  // namespace
 
 void range_nvfp4_bf16_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
@@ -331,13 +341,22 @@ template <bool Shift>
 inline __m512i decode32_bf16(const uint8_t* codes, const uint8_t* scales) {
   const __m512i q =
       _mm512_maskz_broadcast_i64x2(0xFF, _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  __m512i nibbles;
   if constexpr (Shift) {
-    const __m512i block1 = _mm512_set_epi64(0x0020002000200020, 0, 0x0020002000200020, 0,
-                                            0x0020002000200020, 0, 0x0020002000200020, 0);
-    const __m512i nibbles = _mm512_maskz_srlv_epi32(
+    nibbles = _mm512_maskz_srlv_epi32(
         0xFFFF, q, _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
-    const __m512i idx =
-        _mm512_ternarylogic_epi32(nibbles, _mm512_set1_epi16(0x0F), block1, 0xEA);  // (a & b) | c
+  } else {
+    const __m512i ctrl = _mm512_set_epi64(
+        0x003C002C001C000C, 0x003C002C001C000C, 0x0038002800180008, 0x0038002800180008,
+        0x0034002400140004, 0x0034002400140004, 0x0030002000100000, 0x0030002000100000);
+    nibbles = _mm512_maskz_multishift_epi64_epi8(~__mmask64(0), ctrl, q);
+  }
+  constexpr int64_t kBlock1 = Shift ? 0x0020002000200020 : 0x0010001000100010;  // bit 5 or 4
+  const __m512i idx =
+      _mm512_ternarylogic_epi32(nibbles, _mm512_set1_epi16(0x0F),
+                                _mm512_set_epi64(kBlock1, 0, kBlock1, 0, kBlock1, 0, kBlock1, 0),
+                                0xEA);  // (a & b) | c
+  if constexpr (Shift) {
     return _mm512_permutex2var_epi16(
         _mm512_zextsi256_si512(_mm256_load_si256(
             reinterpret_cast<const __m256i*>(kProductsBf16.data() + 16 * scales[0]))),
@@ -345,14 +364,6 @@ inline __m512i decode32_bf16(const uint8_t* codes, const uint8_t* scales) {
         _mm512_zextsi256_si512(_mm256_load_si256(
             reinterpret_cast<const __m256i*>(kProductsBf16.data() + 16 * scales[1]))));
   } else {
-    const __m512i block1 = _mm512_set_epi64(0x0010001000100010, 0, 0x0010001000100010, 0,
-                                            0x0010001000100010, 0, 0x0010001000100010, 0);
-    const __m512i ctrl = _mm512_set_epi64(
-        0x003C002C001C000C, 0x003C002C001C000C, 0x0038002800180008, 0x0038002800180008,
-        0x0034002400140004, 0x0034002400140004, 0x0030002000100000, 0x0030002000100000);
-    const __m512i nibbles = _mm512_maskz_multishift_epi64_epi8(~__mmask64(0), ctrl, q);
-    const __m512i idx =
-        _mm512_ternarylogic_epi32(nibbles, _mm512_set1_epi16(0x0F), block1, 0xEA);  // (a & b) | c
     const __m512i table = _mm512_mask_broadcast_i64x4(
         _mm512_maskz_broadcast_i64x4(0xFF, _mm256_load_si256(reinterpret_cast<const __m256i*>(
                                                kProductsBf16.data() + 16 * scales[0]))),
@@ -377,10 +388,16 @@ inline void round_row_bf16_avx512(const float* x, int64_t K, uint16_t* words, fl
     _mm512_storeu_si512(words + k0, _mm512_permutexvar_epi16(perm, _mm512_loadu_si512(words + k0)));
 }
 
-// tile_bf16_y's activations: each block's 16 words as decode16_bf16_row gives its weights.
+// tile_bf16_y's activations: block h's 16 words, word 2m + odd of order_lane(h, m); within the
+// block that is element 4 * (w % 4) + w / 4 of word w, as decode16_bf16_row gives the weights.
 constexpr int halves_word_element(int i) {
-  return 16 * (i >> 4) + 4 * (i & 3) + ((i >> 2) & 3);
+  return bf16_word_element(2 * order_lane(i >> 4, (i & 15) >> 1) + (i & 1));
 }
+static_assert([] {
+  for (int w = 0; w < 16; ++w)
+    if (halves_word_element(w) != 4 * (w % 4) + w / 4) return false;
+  return true;
+}());
 
 // One scale block's 16 weights as bf16 for tile_bf16_y, word w = element 4 * (w % 4) + w / 4 of
 // the block (the word order's lanes of that block, packed): the 8 code bytes broadcast to every
@@ -497,13 +514,18 @@ void range_nvfp4_bf16_avx512_halves(const PackedWeight& w, const float* x, int64
 
 namespace {
 constexpr int pair_even(int m) {
-  return bf16_word_element(2 * (4 * (m / 2) + m % 2));
+  return bf16_word_element(2 * order_lane(0, m));
 }
-static_assert(bf16_word_element(2 * (4 * 3 + 2 + 1) + 1) == 16 + pair_even(7) + 4);
+static_assert([] {  // block 1's pairs are block 0's, 16 on
+  for (int m = 0; m < 8; ++m)
+    if (bf16_word_element(2 * order_lane(1, m)) != 16 + pair_even(m)) return false;
+  return true;
+}());
 // The ymm lane (8 * block + m) of the order's lane l.
 constexpr std::array<int, 16> kLaneAcc = [] {
   std::array<int, 16> a{};
-  for (int l = 0; l < 16; ++l) a[size_t(l)] = 8 * ((l >> 1) & 1) + 2 * (l >> 2) + (l & 1);
+  for (int h = 0; h < 2; ++h)
+    for (int m = 0; m < 8; ++m) a[size_t(order_lane(h, m))] = 8 * h + m;
   return a;
 }();
 // twice_e2m1's byte of element e of a block, at the top of a dword.
