@@ -7,7 +7,12 @@
 // instructions in 12 chains (the pairs above have 6, near what VDPBF16PS's latency allows):
 // ns per pair tells whether two kinds share pipes (2026-12-04, night, Zen 4: a ymm VDPBF16PS and
 // a VPSRLVD 0.15 ns, and a VPERMW 0.19, and a VPMULTISHIFTQB 0.27, the sum of the two alone; a
-// zmm FMA and a VPMULTISHIFTQB 0.54, an FMA, a VPSRLVD and a VPERMPS 0.41). Best of 9 runs each.
+// zmm FMA and a VPMULTISHIFTQB 0.54, an FMA, a VPSRLVD and a VPERMPS 0.41). Then (late night)
+// VDPBF16PS's latency, loads and broadcasts alone and beside a dot product, Zen 4's 5-8-row
+// decode before and after 248748f, and the one-row tiles' blocks with the tiles' accumulator
+// chains (Zen 4: 1.64 ns a chained dot, i.e. 6 cycles; a zmm load 0.28, vbroadcasti64x4 0.27 and
+// 0.36 beside a dot; merged rows 0.85 against two tables 0.57; the bf16 block 0.32, the f32 block
+// 0.53; docs/PERFORMANCE.md, "Zen 4: NVFP4 bf16 pairs four apart"). Best of 9 runs each.
 // Not part of the build; run it by hand on a CPU with AVX512_BF16 and VBMI:
 //   g++ -O2 -std=c++20 -mavx512f -o /tmp/probe_ports tools/bench/probe_ports.cpp &&
 //   /tmp/probe_ports
@@ -90,9 +95,69 @@ double blocks(bool random_scales) {
   return best / (4000.0 * 4088) * 1e9;
 }
 
+alignas(64) float lines[16384];  // normal values (1.0): FMA chains over them never go subnormal
+
+// As PROBE, with %0 = lines for memory operands (register 26 free for a second table).
+#define PROBE_MEM(name, per, ...)                                                              \
+  {                                                                                            \
+    double best = 1e9;                                                                         \
+    for (int t = 0; t < 9; ++t) {                                                              \
+      const double t0 = now();                                                                 \
+      for (long i = 0; i < 10000000; ++i)                                                      \
+        asm volatile(__VA_ARGS__                                                               \
+                     :                                                                         \
+                     : "r"(lines)                                                              \
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", \
+                       "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16",  \
+                       "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", \
+                       "xmm25", "xmm26", "memory");                                            \
+      best = std::min(best, now() - t0);                                                       \
+    }                                                                                          \
+    std::printf("%-44s %.3f ns\n", name, best / 1e7 / (per)*1e9);                              \
+  }
+#define DCHAIN(i) "vdpbf16ps %%zmm24, %%zmm25, %%zmm0\n"  // one dependency chain
+#define LZ(i) "vmovdqu64 " #i "*64(%0), %%zmm" #i "\n"
+#define BQZ(i) "vpbroadcastq " #i "*64(%0), %%zmm" #i "\n"
+#define B4Z(i) "vbroadcasti64x4 " #i "*64(%0), %%zmm" #i "\n"
+#define ROLQ(i) "vprolvq %%zmm24, %%zmm25, %%zmm" #i "\n"
+// Zen 4's 5-8-row decode before and after 248748f: two 256-bit broadcasts merged for VPERMW,
+// against two plain loads and a two-table VPERMT2W (independent instructions, as in the tile).
+#define MERGED(i) B4Z(i) "vbroadcasti64x4 " #i "*64+32(%0), %%zmm" #i "\n" PZ(i)
+#define TWO_TABLES(i) \
+  LZ(i) "vmovdqu64 " #i "*64+64(%0), %%zmm26\n vpermt2w %%zmm26, %%zmm25, %%zmm" #i "\n"
+
+// The one-row tiles' blocks, 4 outputs x 8 blocks an iteration, everything in L1 (table rows
+// fixed per output and block; x, codes and rows from `lines`), with the tiles' accumulator chains:
+// bf16 as Zen 4's tile_bf16_y (the codes broadcast, VPSRLVD, VPERMW from the 32-byte row,
+// VDPBF16PS; one accumulator per output and block parity, ymm 14-21), f32 as Zen 4's tile_z (the
+// same with VPERMPS from a 64-byte row and an FMA; one zeroed accumulator per output, zmm 20-23).
+#define BF16_BLOCK(o, b, acc)                               \
+  "vpbroadcastq " #b "*8+" #o                               \
+  "*1024(%0), %%ymm12\n vpsrlvd %%ymm9, %%ymm12, %%ymm12\n" \
+  "vpermw 8192+(" #o "*8+" #b                               \
+  ")*32(%0), %%ymm12, %%ymm12\n vdpbf16ps %%ymm11, %%ymm12, %%ymm" #acc "\n"
+#define F32_BLOCK(o, b, acc)                                \
+  "vpbroadcastq " #b "*8+" #o                               \
+  "*1024(%0), %%zmm12\n vpsrlvd %%zmm9, %%zmm12, %%zmm12\n" \
+  "vpermps 8192+(" #o "*8+" #b                              \
+  ")*64(%0), %%zmm12, %%zmm12\n vfmadd231ps %%zmm11, %%zmm12, %%zmm2" #o "\n"
+// x of block b as the tile loads it (16 bf16: a ymm; 16 f32: a zmm), then its 4 outputs; block
+// b's accumulators are a0..a3.
+#define FOUR(B, R, b, a0, a1, a2, a3) \
+  "vmovdqu64 32768+" #b "*64(%0), %%" #R "mm11\n" B(0, b, a0) B(1, b, a1) B(2, b, a2) B(3, b, a3)
+#define EIGHT(B, R)                                                                             \
+  FOUR(B, R, 0, 14, 16, 18, 20)                                                                 \
+  FOUR(B, R, 1, 15, 17, 19, 21) FOUR(B, R, 2, 14, 16, 18, 20) FOUR(B, R, 3, 15, 17, 19, 21)     \
+      FOUR(B, R, 4, 14, 16, 18, 20) FOUR(B, R, 5, 15, 17, 19, 21) FOUR(B, R, 6, 14, 16, 18, 20) \
+          FOUR(B, R, 7, 15, 17, 19, 21)
+#define ZERO_ACC                                                          \
+  "vxorps %%xmm20, %%xmm20, %%xmm20\n vxorps %%xmm21, %%xmm21, %%xmm21\n" \
+  "vxorps %%xmm22, %%xmm22, %%xmm22\n vxorps %%xmm23, %%xmm23, %%xmm23\n"
+
 }  // namespace
 
 int main() {
+  std::fill(std::begin(lines), std::end(lines), 1.0f);
   PROBE("vdpbf16ps zmm (12 chains)", 12, X12(DZ))
   PROBE("vdpbf16ps ymm (12 chains)", 12, X12(DY))
   PROBE("vpermw zmm", 12, X12(PZ))
@@ -111,6 +176,17 @@ int main() {
   PROBE("zmm fma + zmm vpmultishiftqb", 12, X12P(FZ, MZ))
   PROBE("zmm fma + vpmultishiftqb + vpermps", 12, X12P(FZ, FMV))
   PROBE("zmm fma + vpsrlvd + vpermps", 12, X12P(FZ, FSV))
+  PROBE("vdpbf16ps zmm, one chain (latency)", 12, X12(DCHAIN))
+  PROBE_MEM("zmm load", 12, X12(LZ))
+  PROBE_MEM("vpbroadcastq zmm, m64", 12, X12(BQZ))
+  PROBE_MEM("vbroadcasti64x4 zmm, m256", 12, X12(B4Z))
+  PROBE_MEM("zmm dot + zmm load", 12, X12P(DZ, LZ))
+  PROBE_MEM("zmm dot + vbroadcasti64x4", 12, X12P(DZ, B4Z))
+  PROBE("zmm fma + vprolvq", 12, X12P(FZ, ROLQ))
+  PROBE_MEM("zmm dot + 2 vbroadcasti64x4 + vpermw", 12, X12P(DZ, MERGED))
+  PROBE_MEM("zmm dot + 2 zmm loads + vpermt2w", 12, X12P(DZ, TWO_TABLES))
+  PROBE_MEM("bf16 one-row block and output (srlv)", 32, EIGHT(BF16_BLOCK, y))
+  PROBE_MEM("f32 one-row block and output (srlv)", 32, ZERO_ACC EIGHT(F32_BLOCK, z))
   std::printf("%-44s %.3f ns\n", "tile block, one fixed table row", blocks(false));
   std::printf("%-44s %.3f ns\n", "tile block, rows by random scale bytes", blocks(true));
 }
