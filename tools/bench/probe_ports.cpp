@@ -28,21 +28,24 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// asm bodies of `per` independent instructions (or blocks), run 10^7 times.
-#define PROBE(name, per, ...)                                                                      \
-  {                                                                                                \
-    double best = 1e9;                                                                             \
-    for (int t = 0; t < 9; ++t) {                                                                  \
-      const double t0 = now();                                                                     \
-      for (long i = 0; i < 10000000; ++i)                                                          \
-        asm volatile(__VA_ARGS__::                                                                 \
-                         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", \
-                           "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16",  \
-                           "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", \
-                           "xmm25");                                                               \
-      best = std::min(best, now() - t0);                                                           \
-    }                                                                                              \
-    std::printf("%-44s %.3f ns\n", name, best / 1e7 / (per)*1e9);                                  \
+// asm bodies of `per` independent instructions (or blocks), run 10^7 times; %0 = lines for
+// memory operands (register 26 is free for a second table).
+#define PROBE(name, per, ...)                                                                  \
+  {                                                                                            \
+    double best = 1e9;                                                                         \
+    for (int t = 0; t < 9; ++t) {                                                              \
+      const double t0 = now();                                                                 \
+      for (long i = 0; i < 10000000; ++i)                                                      \
+        asm volatile(__VA_ARGS__                                                               \
+                     :                                                                         \
+                     : "r"(lines)                                                              \
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", \
+                       "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16",  \
+                       "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", \
+                       "xmm25", "xmm26", "memory");                                            \
+      best = std::min(best, now() - t0);                                                       \
+    }                                                                                          \
+    std::printf("%-44s %.3f ns\n", name, best / 1e7 / (per)*1e9);                              \
   }
 #define DZ(i) "vdpbf16ps %%zmm24, %%zmm25, %%zmm" #i "\n"
 #define DY(i) "vdpbf16ps %%ymm24, %%ymm25, %%ymm" #i "\n"
@@ -97,24 +100,6 @@ double blocks(bool random_scales) {
 
 alignas(64) float lines[16384];  // normal values (1.0): FMA chains over them never go subnormal
 
-// As PROBE, with %0 = lines for memory operands (register 26 free for a second table).
-#define PROBE_MEM(name, per, ...)                                                              \
-  {                                                                                            \
-    double best = 1e9;                                                                         \
-    for (int t = 0; t < 9; ++t) {                                                              \
-      const double t0 = now();                                                                 \
-      for (long i = 0; i < 10000000; ++i)                                                      \
-        asm volatile(__VA_ARGS__                                                               \
-                     :                                                                         \
-                     : "r"(lines)                                                              \
-                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", \
-                       "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16",  \
-                       "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", \
-                       "xmm25", "xmm26", "memory");                                            \
-      best = std::min(best, now() - t0);                                                       \
-    }                                                                                          \
-    std::printf("%-44s %.3f ns\n", name, best / 1e7 / (per)*1e9);                              \
-  }
 #define DCHAIN(i) "vdpbf16ps %%zmm24, %%zmm25, %%zmm0\n"  // one dependency chain
 #define LZ(i) "vmovdqu64 " #i "*64(%0), %%zmm" #i "\n"
 #define BQZ(i) "vpbroadcastq " #i "*64(%0), %%zmm" #i "\n"
@@ -177,16 +162,16 @@ int main() {
   PROBE("zmm fma + vpmultishiftqb + vpermps", 12, X12P(FZ, FMV))
   PROBE("zmm fma + vpsrlvd + vpermps", 12, X12P(FZ, FSV))
   PROBE("vdpbf16ps zmm, one chain (latency)", 12, X12(DCHAIN))
-  PROBE_MEM("zmm load", 12, X12(LZ))
-  PROBE_MEM("vpbroadcastq zmm, m64", 12, X12(BQZ))
-  PROBE_MEM("vbroadcasti64x4 zmm, m256", 12, X12(B4Z))
-  PROBE_MEM("zmm dot + zmm load", 12, X12P(DZ, LZ))
-  PROBE_MEM("zmm dot + vbroadcasti64x4", 12, X12P(DZ, B4Z))
+  PROBE("zmm load", 12, X12(LZ))
+  PROBE("vpbroadcastq zmm, m64", 12, X12(BQZ))
+  PROBE("vbroadcasti64x4 zmm, m256", 12, X12(B4Z))
+  PROBE("zmm dot + zmm load", 12, X12P(DZ, LZ))
+  PROBE("zmm dot + vbroadcasti64x4", 12, X12P(DZ, B4Z))
   PROBE("zmm fma + vprolvq", 12, X12P(FZ, ROLQ))
-  PROBE_MEM("zmm dot + 2 vbroadcasti64x4 + vpermw", 12, X12P(DZ, MERGED))
-  PROBE_MEM("zmm dot + 2 zmm loads + vpermt2w", 12, X12P(DZ, TWO_TABLES))
-  PROBE_MEM("bf16 one-row block and output (srlv)", 32, EIGHT(BF16_BLOCK, y))
-  PROBE_MEM("f32 one-row block and output (srlv)", 32, ZERO_ACC EIGHT(F32_BLOCK, z))
+  PROBE("zmm dot + 2 vbroadcasti64x4 + vpermw", 12, X12P(DZ, MERGED))
+  PROBE("zmm dot + 2 zmm loads + vpermt2w", 12, X12P(DZ, TWO_TABLES))
+  PROBE("bf16 one-row block and output (srlv)", 32, EIGHT(BF16_BLOCK, y))
+  PROBE("f32 one-row block and output (srlv)", 32, ZERO_ACC EIGHT(F32_BLOCK, z))
   std::printf("%-44s %.3f ns\n", "tile block, one fixed table row", blocks(false));
   std::printf("%-44s %.3f ns\n", "tile block, rows by random scale bytes", blocks(true));
 }
