@@ -18,6 +18,7 @@
 #include "engine/scheduler.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
+#include "kernels/peak.h"
 #include "kernels/sampling.h"
 #include "model/dflash.h"
 #include "model/mtp.h"
@@ -51,6 +52,27 @@ double measure_read_bandwidth(const ThreadConfig& tc) {
     sink += part[0];
   }
   if (sink < 0) std::printf(" ");  // keep the reads observable
+  return best;
+}
+
+// Multiply-adds per second of the instruction the products' multi-row passes run on (arith, the
+// active ISA), on every thread at once: best of 5 runs of ~10 ms.
+double measure_dot_peak(const ThreadConfig& tc, kernels::Arith arith) {
+  const kernels::Isa isa = kernels::active_isa();
+  const int64_t rounds = isa == kernels::Isa::Reference ? (int64_t(1) << 18) : (int64_t(1) << 21);
+  const int nt = std::max(1, tc.n_threads);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    std::vector<int64_t> done(size_t(nt), 0);
+    const double t0 = now_seconds();
+    parallel_for(tc, nt, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) done[size_t(i)] = kernels::run_dot_peak(arith, isa, rounds);
+    });
+    const double dt = now_seconds() - t0;
+    int64_t macs = 0;
+    for (int64_t d : done) macs += d;
+    best = std::max(best, double(macs) / dt);
+  }
   return best;
 }
 
@@ -234,10 +256,10 @@ struct Bench {
     // One state per width, reset to the prompt's snapshot before each repetition: the journal
     // and scratch buffers are then warm, as in a decoding loop (a fresh state per repetition
     // measured page faults: ~0.3 decode steps here). The first repetition is a warm-up.
-    // bytes: the weight bytes the pass reads at best (shared matrices once, the union of its
-    // rows' experts once), from the warm-up's routing.
-    auto time_width = [&](int w, bool record, double* rollback, int64_t* bytes,
-                          model::ForwardProfile* parts) {
+    // used: the experts its rows routed to in the warm-up ([layer][expert]), whose bytes the pass
+    // reads at best (shared matrices once, the union of its rows' experts once).
+    auto time_width = [&](int w, bool record, double* rollback,
+                          std::vector<std::vector<uint8_t>>* used, model::ForwardProfile* parts) {
       std::vector<double> ts, rb;
       model::ForwardProfile prof, timed;
       auto st = m.new_state();
@@ -263,28 +285,60 @@ struct Bench {
         if (record) rb.push_back(t_rb);
       }
       if (rollback) *rollback = median(rb);
-      if (bytes) *bytes = m.bytes_read(prof.experts_used);
+      if (used) *used = prof.experts_used;
       if (parts) *parts = std::move(timed);
       return median(ts);
     };
-    int64_t b1 = 0;
-    const double t1 = time_width(1, false, nullptr, &b1, nullptr);
+    std::vector<std::vector<uint8_t>> used1;
+    const double t1 = time_width(1, false, nullptr, &used1, nullptr);
+    const int64_t b1 = m.bytes_read(used1);
     // The floor of width w in decode steps: its bytes over the 1-row step's, i.e. what the pass
     // would cost if every kernel ran at the 1-row step's bytes per second. With --membw the
     // floor at the measured read bandwidth as well.
     const double bw =
         j.contains("read_bandwidth_gb_s") ? j["read_bandwidth_gb_s"].get<double>() : 0.0;
+    // The compute floor of width w: w rows of matrix multiply-adds, every one at the peak of the
+    // instruction the multi-row passes use, on every thread (a pass cannot be faster than both
+    // floors). The per-matrix floor: each product at the slower of its bytes at the step's rate
+    // and its w rows' multiply-adds at the peak (a product's reading and arithmetic overlapped,
+    // products in turn); where it is above the byte floor no kernel reaches the byte floor.
+    const kernels::Arith arith = kernels::parse_arith(o.arith);
+    const kernels::DotPeak peak = kernels::dot_peak_instruction(arith, kernels::active_isa());
+    const double peak_macs_s = measure_dot_peak(tc, arith);
+    const int64_t macs_row = m.matmul_macs_per_row();
+    j["dot_peak"] = {{"instruction", peak.instruction},
+                     {"macs_per_s", peak_macs_s},
+                     {"threads", tc.n_threads},
+                     {"matmul_macs_per_row", macs_row}};
     nlohmann::json curve = nlohmann::json::array();
-    if (!o.json)
+    if (!o.json) {
+      std::printf(
+          "compute    %s peak %.1f GMAC/s on %d thread(s); %.3f GMAC of matrix products a row "
+          "(%.2f ms at that peak, %.2fx the decode step)\n",
+          peak.instruction, peak_macs_s / 1e9, tc.n_threads, double(macs_row) / 1e9,
+          double(macs_row) / peak_macs_s * 1e3, double(macs_row) / peak_macs_s / t1);
       std::printf(
           "verify     width: time (x one decode step); byte floor (x step) = bytes read / the "
-          "step's; time / floor%s\n",
+          "step's; time / floor%s; compute floor (x step) = the rows' multiply-adds at the peak; "
+          "per matrix = each product at the slower of its bytes and its multiply-adds (time / "
+          "that)\n",
           bw > 0 ? "; time / (bytes at the measured bandwidth)" : "");
+    }
     for (int w = 1; w <= 8; ++w) {
       double rb = 0;
-      int64_t bw_bytes = 0;
+      std::vector<std::vector<uint8_t>> used;
       model::ForwardProfile parts;
-      const double tw = time_width(w, true, &rb, &bw_bytes, &parts);
+      const double tw = time_width(w, true, &rb, &used, &parts);
+      const int64_t bw_bytes = m.bytes_read(used);
+      const double step_bytes_s = double(b1) / t1;
+      double matrix_s = 0;
+      int64_t matmul_bytes = 0;
+      for (const auto& c : m.matmul_costs(used)) {
+        matmul_bytes += c.bytes;
+        matrix_s += std::max(double(c.bytes) / step_bytes_s,
+                             double(w) * double(c.macs_per_row) / peak_macs_s);
+      }
+      matrix_s += double(bw_bytes - matmul_bytes) / step_bytes_s;  // embedding row, norms
       // Mean seconds per pass in each part (the profile's timers sum over the timed passes).
       const double n_pass = double(std::max<int64_t>(1, reps));
       const nlohmann::json ms = {{"mamba", parts.mamba_s / n_pass * 1e3},
@@ -304,11 +358,17 @@ struct Bench {
                           {"rollback_relative", rb / t1},
                           {"part_ms", ms}};
       if (bw > 0) e["over_bandwidth_floor"] = tw / (double(bw_bytes) / 1e9 / bw);
+      const double compute_s = double(w) * double(macs_row) / peak_macs_s;
+      e["macs"] = int64_t(w) * macs_row;
+      e["compute_floor_relative"] = compute_s / t1;
+      e["matrix_floor_relative"] = matrix_s / t1;
       curve.push_back(e);
       if (!o.json) {
         std::printf("           %d: %.2f ms (%.2fx)  floor %.2fx (%.3f GB)  %.2fx the floor", w,
                     tw * 1e3, tw / t1, floor, double(bw_bytes) / 1e9, tw / t1 / floor);
         if (bw > 0) std::printf("  %.2fx at %.1f GB/s", tw / (double(bw_bytes) / 1e9 / bw), bw);
+        std::printf("  compute floor %.2fx, per matrix %.2fx (%.2fx that)", compute_s / t1,
+                    matrix_s / t1, tw / matrix_s);
         std::printf("   rollback %.3f ms (%.3fx)\n", rb * 1e3, rb / t1);
         std::printf(
             "              parts (ms): mamba %.1f, attention %.1f, moe %.1f, lm_head %.1f\n",
@@ -625,7 +685,8 @@ std::vector<Command> make_bench_command() {
         ->capture_default_str();
     s->add_flag(
         "--verify-curve", bo->verify_curve,
-        "Cost of a verify forward of width 1..8 and of a rollback, relative to one decode step");
+        "Cost of a verify forward of width 1..8 and of a rollback, relative to one decode step, "
+        "beside its byte, compute and per-matrix floors");
     *sub = s;
   };
   v[0].run = [bo]() {

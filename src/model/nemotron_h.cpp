@@ -50,34 +50,55 @@ int64_t NemotronH::weight_bytes() const {
   return int64_t(store_.total_bytes());
 }
 
+std::vector<NemotronH::MatmulCost> NemotronH::matmul_costs(
+    const std::vector<std::vector<uint8_t>>& experts_used) const {
+  const auto cost = [](const kernels::PackedWeight& w) {
+    return MatmulCost{w.bytes(), w.rows * w.cols};
+  };
+  std::vector<MatmulCost> c{cost(lm_head_)};
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    if (const auto* m = std::get_if<Mamba2Weights>(&L.mixer))
+      c.insert(c.end(), {cost(m->in_proj), cost(m->out_proj)});
+    if (const auto* a = std::get_if<AttentionWeights>(&L.mixer))
+      c.insert(c.end(), {cost(a->q_proj), cost(a->k_proj), cost(a->v_proj), cost(a->o_proj)});
+    if (const auto* p = std::get_if<MlpWeights>(&L.mixer))
+      c.insert(c.end(), {cost(p->up), cost(p->down)});
+    if (const auto* e = std::get_if<MoEWeights>(&L.mixer)) {
+      c.push_back(cost(e->gate));
+      for (const auto& x : e->shared) c.insert(c.end(), {cost(x.up), cost(x.down)});
+      MatmulCost all, routed;
+      for (size_t x = 0; x < e->experts.size(); ++x) {
+        const MatmulCost up = cost(e->experts[x].up), down = cost(e->experts[x].down);
+        all.bytes += up.bytes + down.bytes;
+        all.macs_per_row += up.macs_per_row + down.macs_per_row;
+        if (l < experts_used.size() && x < experts_used[l].size() && experts_used[l][x])
+          routed.bytes += up.bytes + down.bytes;
+      }
+      const auto n = int64_t(e->experts.size()), k = int64_t(cfg_.num_experts_per_tok);
+      routed.macs_per_row = all.macs_per_row / n * k;
+      if (experts_used.empty()) routed.bytes = all.bytes / n * k;  // a decode step
+      c.push_back(routed);
+    }
+  }
+  return c;
+}
+
+int64_t NemotronH::bytes_read(const std::vector<std::vector<uint8_t>>& experts_used) const {
+  int64_t b = embeddings_.bytes() / std::max<int64_t>(1, embeddings_.rows);
+  for (const Layer& L : layers_) b += int64_t(L.norm_w.size()) * 2;
+  for (const MatmulCost& c : matmul_costs(experts_used)) b += c.bytes;
+  return b;
+}
+
 int64_t NemotronH::decode_bytes_per_token() const {
   return bytes_read({});
 }
 
-int64_t NemotronH::bytes_read(const std::vector<std::vector<uint8_t>>& experts_used) const {
-  int64_t b = lm_head_.bytes() + embeddings_.bytes() / std::max<int64_t>(1, embeddings_.rows);
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& L = layers_[l];
-    b += int64_t(L.norm_w.size()) * 2;
-    if (const auto* m = std::get_if<Mamba2Weights>(&L.mixer))
-      b += m->in_proj.bytes() + m->out_proj.bytes();
-    if (const auto* a = std::get_if<AttentionWeights>(&L.mixer))
-      b += a->q_proj.bytes() + a->k_proj.bytes() + a->v_proj.bytes() + a->o_proj.bytes();
-    if (const auto* p = std::get_if<MlpWeights>(&L.mixer)) b += p->up.bytes() + p->down.bytes();
-    if (const auto* e = std::get_if<MoEWeights>(&L.mixer)) {
-      int64_t experts = 0;
-      if (experts_used.empty()) {  // a decode step: top-k experts of average size
-        for (const auto& x : e->experts) experts += x.up.bytes() + x.down.bytes();
-        experts = experts / int64_t(e->experts.size()) * cfg_.num_experts_per_tok;
-      } else if (l < experts_used.size()) {
-        for (size_t x = 0; x < experts_used[l].size() && x < e->experts.size(); ++x)
-          if (experts_used[l][x]) experts += e->experts[x].up.bytes() + e->experts[x].down.bytes();
-      }
-      b += e->gate.bytes() + experts;
-      for (const auto& x : e->shared) b += x.up.bytes() + x.down.bytes();
-    }
-  }
-  return b;
+int64_t NemotronH::matmul_macs_per_row() const {
+  int64_t n = 0;
+  for (const MatmulCost& c : matmul_costs({})) n += c.macs_per_row;
+  return n;
 }
 
 void NemotronH::embed(int32_t token, float* out) const {

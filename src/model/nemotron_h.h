@@ -78,14 +78,25 @@ class NemotronH {
   void embed(int32_t token, float* out) const;
   int64_t weight_bytes() const;  // bytes of all mapped tensors
   int64_t lm_head_bytes() const { return lm_head_.bytes(); }
-  // Weight bytes one decode step reads: every dense matrix, the router, top-k average-size
-  // experts + shared expert per MoE layer, lm_head and one embedding row. Used for rooflines.
-  int64_t decode_bytes_per_token() const;
-  // Weight bytes one pass reads when its rows routed to `experts_used` ([layer][expert], as
-  // ForwardProfile fills it): every shared matrix once and each routed expert once, whatever the
-  // number of rows. The byte floor of a verify pass. An empty outer vector stands for a decode
-  // step (decode_bytes_per_token: top-k experts of average size).
+  // One matrix product of a pass: the weight bytes it reads and the multiply-adds it does per
+  // row. The routed experts of an MoE layer are one entry: the bytes of the experts the rows
+  // routed to (each once), top-k average-size experts' multiply-adds per row.
+  struct MatmulCost {
+    int64_t bytes = 0, macs_per_row = 0;
+  };
+  // Every product of a pass whose rows routed to `experts_used` ([layer][expert], as
+  // ForwardProfile fills it); an empty outer vector stands for a decode step (top-k experts of
+  // average size). The SSM's and attention's own arithmetic is not in it (small beside these).
+  std::vector<MatmulCost> matmul_costs(const std::vector<std::vector<uint8_t>>& experts_used) const;
+  // Weight bytes one pass reads: the products' (every shared matrix once, each routed expert
+  // once, whatever the number of rows), one embedding row and the norms. The byte floor of a
+  // verify pass.
   int64_t bytes_read(const std::vector<std::vector<uint8_t>>& experts_used) const;
+  // Weight bytes one decode step reads (bytes_read({})). Used for rooflines.
+  int64_t decode_bytes_per_token() const;
+  // Multiply-adds of one row's matrix products (of matmul_costs): a pass of w rows does w times
+  // this, its compute floor beside the byte floor (nemotron bench --verify-curve).
+  int64_t matmul_macs_per_row() const;
 
  private:
   NemotronH(io::ModelConfig cfg, io::TensorStore store, io::QuantConfig qc, LoadOptions opt);

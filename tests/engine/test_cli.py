@@ -107,6 +107,15 @@ with tempfile.TemporaryDirectory() as d:
             all(c[i]["bytes"] <= c[i + 1]["bytes"] for i in range(7)) and c[7]["bytes"] > c[0]["bytes"] and \
             all(set(e["part_ms"]) == {"mamba", "attention", "moe", "mlp", "norms_embed", "lm_head"} and
                 min(e["part_ms"].values()) >= 0 and e["part_ms"]["mamba"] > 0 for e in c)
+        # The compute floor: w rows of the per-row multiply-adds at the measured peak; the per-matrix
+        # floor (each product at the slower of its bytes and its arithmetic) is above both floors.
+        pk = j["dot_peak"]
+        ok = ok and pk["macs_per_s"] > 0 and pk["instruction"] and pk["matmul_macs_per_row"] > 0 and \
+            all(e["macs"] == e["width"] * pk["matmul_macs_per_row"] for e in c) and \
+            all(abs(e["compute_floor_relative"] - e["width"] * c[0]["compute_floor_relative"]) <=
+                1e-9 * e["compute_floor_relative"] for e in c) and \
+            all(e["matrix_floor_relative"] >= max(e["floor_relative"], e["compute_floor_relative"]) * (1 - 1e-9)
+                for e in c)
     check("bench json", ok, bench.stdout[-500:] + bench.stderr)
 
     # Bad input: one clear message, exit 1.

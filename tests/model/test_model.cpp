@@ -430,6 +430,41 @@ TEST(ModelBytes, PassReadsSharedWeightsOnceAndTheUnionOfExperts) {
   }
 }
 
+// matmul_macs_per_row (bench's compute floor) against the shapes the config implies: lm_head,
+// Mamba in/out_proj, attention q/k/v/o, MLP up/down, the router, top-k experts and the shared
+// experts; the same per row whatever the routing.
+TEST(ModelBytes, MatmulMacsPerRowAreTheConfigsShapes) {
+  for (const char* preset : {"tiny-a", "tiny-c"}) {
+    NemotronH& m = model_for(preset, io::DType::BF16);
+    const auto& c = m.config();
+    const int64_t H = c.hidden_size;
+    int64_t want = c.vocab_size * H;
+    for (io::LayerKind k : c.layers) switch (k) {
+        case io::LayerKind::Mamba:
+          want += H * c.in_proj_dim() + c.mamba_inner() * H;
+          break;
+        case io::LayerKind::Attention:
+          want += 2 * H * c.num_attention_heads * c.head_dim +
+                  2 * H * c.num_key_value_heads * c.head_dim;
+          break;
+        case io::LayerKind::MLP:
+          want += 2 * H * c.intermediate_size;
+          break;
+        case io::LayerKind::MoE:
+          want += H * c.n_routed_experts + c.num_experts_per_tok * 2 * H * c.moe_intermediate_size +
+                  c.n_shared_experts * 2 * H * c.moe_shared_expert_intermediate_size;
+          break;
+      }
+    EXPECT_EQ(m.matmul_macs_per_row(), want) << preset;
+    std::vector<std::vector<uint8_t>> all(c.layers.size(),
+                                          std::vector<uint8_t>(size_t(c.n_routed_experts), 1));
+    int64_t sum = 0, bytes = 0;
+    for (const auto& mc : m.matmul_costs(all)) sum += mc.macs_per_row, bytes += mc.bytes;
+    EXPECT_EQ(sum, want) << preset;
+    EXPECT_LT(bytes, m.bytes_read(all)) << preset;  // + one embedding row and the norms
+  }
+}
+
 TEST(ModelErrors, BadTokensAndAcceptMisuse) {
   NemotronH& m = model_for("tiny-a", io::DType::BF16);
   auto st = m.new_state();
