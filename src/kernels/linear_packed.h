@@ -248,12 +248,24 @@ inline void with_count(int64_t n, F&& f) {
     with_count<Max, C + 1>(n, f);
 }
 
-// A row tile's size as a constant, R = min(Max, rows). Max is 4, or 8 for NVFP4 with bf16
-// activations (the f32 tiles measured slower at 8 rows).
+// A row tile's size as a constant, R = min(Max, rows). Max is 4 (AVX2), 7 (AVX-512 f32: kMaxRowsZ)
+// or 8 (NVFP4 and FP8 with bf16 activations).
 template <int Max = 4, class F>
 inline void with_row_tile(int64_t rows, F&& f) {
-  static_assert(Max == 4 || Max == 8);
+  static_assert(Max == 4 || Max == 7 || Max == 8);
   with_count<Max>(rows, f);
+}
+
+// n rows (n >= 1) as the fewest groups of at most `most` rows, sizes as even as possible (the
+// first n % groups one row longer): fn(first_row, rows) for each in order.
+template <class F>
+inline void even_row_groups(int64_t n, int64_t most, F&& fn) {
+  const int64_t groups = (n + most - 1) / most, base = n / groups, longer = n % groups;
+  for (int64_t g = 0, r = 0; g < groups; ++g) {
+    const int64_t len = base + (g < longer ? 1 : 0);
+    fn(r, len);
+    r += len;
+  }
 }
 
 // Arith::Bf16 on AVX2 (no VDPBF16PS): x~ of one row laid out so that an 8-lane f32 vector takes
@@ -442,7 +454,8 @@ constexpr int next_tile_level() {
 }
 
 // R rows x O outputs [o, o+O). Accumulators are a fixed-size array indexed by compile-time
-// constants after unrolling, so they live in registers (R*O <= 16 of the 32 zmm).
+// constants after unrolling, so they live in registers (R*O <= 28 of the 32 zmm; check_tile_code.py
+// names the few tiles that keep some on the stack).
 template <class D, int R, int O>
 [[gnu::noinline]] void tile_z(const PackedWeight& w, const float* x, int64_t xs, float* y,
                               int64_t ys, int64_t o) {
@@ -503,9 +516,12 @@ template <class D, int R, int O>
     for (int j = 0; j < O; ++j) y[r * ys + o + j] = finish_z(d[j], acc[r][j], x + r * xs, K16, K);
 }
 
-// Tiles of up to 4 rows x 4 outputs: 16 accumulators, and each decoded vector and each loaded
-// activation feeds 4 FMAs (8-row tiles measured slower: accumulators and loads outgrow the
-// registers and load ports).
+// Tiles of up to kMaxRowsZ = 7 rows x 4 outputs: up to 28 accumulators, each decoded vector feeds
+// R FMAs and each loaded activation 4. Against the 4-row groups used before (Zen 4, 1 thread,
+// L2-resident, docs/PERFORMANCE.md, 2026-12-05): FP8 5 / 6 / 7 rows 1.41 / 1.29 / 1.21x faster,
+// NVFP4 1.21 / 1.10 / 1.06x, bf16 1.18 / 1.09 / 1.02x; 8 rows in one tile (32 accumulators) ran
+// as fast (FP8, bf16) or slower (NVFP4 1.07x) than two of 4, and 2 outputs at 6-8 rows slower.
+constexpr int kMaxRowsZ = 7;
 template <class D, int R>
 inline void rows_z(const PackedWeight& w, const float* x, int64_t xs, float* y, int64_t ys,
                    int64_t o_begin, int64_t o_end) {
@@ -641,9 +657,10 @@ void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
   }
 }
 
-// Up to 4 rows: one pass over the weights. 5..D::kWideRows-1 rows: output blocks small enough to
-// stay in L2 (~64 KB of packed weights) are swept by every 4-row group in turn, decoding in
-// registers, so memory is read once. Wider: range_wide_z. Each decoder sets kWideRows where the
+// Up to kMaxRowsZ rows: one pass over the weights. kMaxRowsZ + 1..D::kWideRows-1 rows: output
+// blocks small enough to stay in L2 (~64 KB of packed weights) are swept by every row group in
+// turn (even_row_groups of at most kMaxRowsZ: 8 rows as 4 + 4), decoding in registers, so memory
+// is read once. Wider: range_wide_z. Each decoder sets kWideRows where the
 // wide path starts to pay (measured on Zen 5: only NVFP4's decode is dear enough; FP8 and the
 // dense formats ran faster swept at 64 rows too). WideRows overrides it for a CPU that measured
 // otherwise (range_fp8_avx512_wide).
@@ -661,16 +678,16 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
     for (int64_t r = 0; r < n_rows; ++r) lay_row_lanes<D>(x + r * xs, K, laid.get() + r * K);
     x = laid.get(), xs = K;
   }
-  const auto rows = [&](int64_t r0, int64_t o0, int64_t o1) {
+  const auto rows = [&](int64_t r0, int64_t n, int64_t o0, int64_t o1) {
     const float* xr = x + r0 * xs;
     float* yr = y + r0 * ys;
-    with_row_tile(n_rows - r0, [&]<int R>() { rows_z<D, R>(w, xr, xs, yr, ys, o0, o1); });
+    with_row_tile<kMaxRowsZ>(n, [&]<int R>() { rows_z<D, R>(w, xr, xs, yr, ys, o0, o1); });
   };
-  if (n_rows <= 4) return rows(0, o_begin, o_end);
+  if (n_rows <= kMaxRowsZ) return rows(0, n_rows, o_begin, o_end);
   const int64_t ob = swept_block_outputs(w);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
     const int64_t o1 = std::min(o_end, o0 + ob);
-    for (int64_t r = 0; r < n_rows; r += 4) rows(r, o0, o1);
+    even_row_groups(n_rows, kMaxRowsZ, [&](int64_t r, int64_t n) { rows(r, n, o0, o1); });
   }
 }
 
