@@ -306,6 +306,7 @@ struct Bench {
     const kernels::DotPeak peak = kernels::dot_peak_instruction(arith, kernels::active_isa());
     const double peak_macs_s = measure_dot_peak(tc, arith);
     const int64_t macs_row = m.matmul_macs_per_row();
+    const double step_bytes_s = double(b1) / t1;  // the one-row step's rate
     j["dot_peak"] = {{"instruction", peak.instruction},
                      {"macs_per_s", peak_macs_s},
                      {"threads", tc.n_threads},
@@ -330,7 +331,6 @@ struct Bench {
       model::ForwardProfile parts;
       const double tw = time_width(w, true, &rb, &used, &parts);
       const int64_t bw_bytes = m.bytes_read(used);
-      const double step_bytes_s = double(b1) / t1;
       double matrix_s = 0;
       int64_t matmul_bytes = 0;
       for (const auto& c : m.matmul_costs(used)) {

@@ -205,7 +205,7 @@ struct DenseAvx512 : DenseRows<F> {
   // on 12-01), 10240 x 4096 5.6 -> 4.1 ms; 2 / 4 rows 10304 x 2688 4.1-4.7 / 4.5-5.0 -> 3.0-3.3 /
   // 3.0-3.2 ms against row by row into L1 (the next tile into L1 was slower still).
   static constexpr int kNextTileRows = 0;
-  static constexpr int kNextTileL2Rows = 7;  // every tile (up to kMaxRowsZ)
+  static constexpr int kNextTileL2Rows = packed::kMaxRowsZ;  // every tile
   template <int O, bool L2>
   void prefetch_next_tile(int64_t step) const {
     packed::prefetch_lines<int(O * es), L2>(p + O * K * es, step);

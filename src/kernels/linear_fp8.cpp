@@ -93,7 +93,7 @@ struct Fp8Avx512 : Fp8Ref {
   // 41216 x 2688, 2 rows 8932-9203 -> 7759-9035 us than row by row, 4 rows equal (10543-11865 /
   // 10165-12261: FMA-bound); Zen 4, 2026-12-04.
   static constexpr int kNextTileRows = 1;
-  static constexpr int kNextTileL2Rows = 7;  // every tile of 2+ rows (up to kMaxRowsZ)
+  static constexpr int kNextTileL2Rows = packed::kMaxRowsZ;  // every tile of 2+ rows
   template <int O, bool L2>
   void prefetch_next_tile(int64_t step) const {
     packed::prefetch_lines<O, L2>(rd + O * K, step);

@@ -158,7 +158,7 @@ struct Nvfp4Avx512 : Nvfp4Ref {
   // (kNextTileRows; docs/PERFORMANCE.md); the 5-7-row tiles too: 131072 x 2688 f32, two passes at
   // once, Zen 4, 5 / 6 / 7 rows 32.9-33.4 / 39.0-39.2 / 45.5-45.6 ms against the next tile into L2
   // 34.2-36.7 / 41.2-43.0 / 48.1-49.5 (2026-12-05).
-  static constexpr int kNextTileRows = 7;
+  static constexpr int kNextTileRows = packed::kMaxRowsZ;
   template <int O, bool L2>
   void prefetch_next_tile(int64_t step) const {
     static_assert(O % 4 == 0);

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace nemo::kernels {
@@ -64,50 +65,32 @@ float run_avx512_bf16(int64_t rounds) {
 }
 #pragma GCC pop_options
 
-enum class Kind { Scalar, Avx2, Avx512, Avx512Bf16 };
-
-Kind kind(Arith a, Isa isa) {
-  if (isa >= Isa::Avx512 && a == Arith::Bf16 && bf16_kernel_verified()) return Kind::Avx512Bf16;
-  // Arith::Bf16 without the bf16 kernels runs the AVX2 kernel's f32 fused multiply-adds.
-  if (isa >= Isa::Avx512 && a == Arith::F32) return Kind::Avx512;
-  return isa >= Isa::Avx2 ? Kind::Avx2 : Kind::Scalar;
+// The instruction Arith a's multi-row passes run at `isa` and its loop. Arith::Bf16 without the
+// bf16 kernels runs the AVX2 kernel's f32 fused multiply-adds.
+struct Path {
+  DotPeak peak;
+  float (*run)(int64_t rounds);
+};
+Path path(Arith a, Isa isa) {
+  isa = std::min(isa, detected_isa());
+  if (isa >= Isa::Avx512 && a == Arith::Bf16 && bf16_kernel_verified())
+    return {{"VDPBF16PS zmm", 32}, run_avx512_bf16};
+  if (isa >= Isa::Avx512 && a == Arith::F32) return {{"VFMADD231PS zmm", 16}, run_avx512};
+  if (isa >= Isa::Avx2) return {{"VFMADD231PS ymm", 8}, run_avx2};
+  return {{"scalar fma", 1}, run_scalar};
 }
 
 }  // namespace
 
 DotPeak dot_peak_instruction(Arith a, Isa isa) {
-  switch (kind(a, std::min(isa, detected_isa()))) {
-    case Kind::Avx512Bf16:
-      return {"VDPBF16PS zmm", 32};
-    case Kind::Avx512:
-      return {"VFMADD231PS zmm", 16};
-    case Kind::Avx2:
-      return {"VFMADD231PS ymm", 8};
-    case Kind::Scalar:
-      break;
-  }
-  return {"scalar fma", 1};
+  return path(a, isa).peak;
 }
 
 int64_t run_dot_peak(Arith a, Isa isa, int64_t rounds) {
-  float s = 0;
-  switch (kind(a, std::min(isa, detected_isa()))) {
-    case Kind::Avx512Bf16:
-      s = run_avx512_bf16(rounds);
-      break;
-    case Kind::Avx512:
-      s = run_avx512(rounds);
-      break;
-    case Kind::Avx2:
-      s = run_avx2(rounds);
-      break;
-    case Kind::Scalar:
-      s = run_scalar(rounds);
-      break;
-  }
+  const Path p = path(a, isa);
   // The sum is 12 * lanes * (1 + rounds * 2^-20 * pairs) > 0: kept observable, never taken.
-  if (!(s > 0)) return 0;
-  return kChains * rounds * dot_peak_instruction(a, isa).macs_per_instruction;
+  if (!(p.run(rounds) > 0)) return 0;
+  return kChains * rounds * p.peak.macs_per_instruction;
 }
 
 }  // namespace nemo::kernels
