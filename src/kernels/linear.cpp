@@ -140,7 +140,8 @@ void set_wide_blocking(WideBlocking b) {
 const char* bf16_kernel_name(Isa isa) {
   if (isa >= Isa::Avx512 && bf16_kernel_verified())
     return cpu_splits_512bit_ops() ? "avx512_bf16 (NVFP4 1-4 rows in 256-bit blocks)"
-                                   : "avx512_bf16";
+           : cpu_is_intel()        ? "avx512_bf16"
+                                   : "avx512_bf16 (NVFP4 one row by scale words)";
   return isa >= Isa::Avx2 ? "avx2" : "reference";
 }
 
@@ -292,6 +293,7 @@ RangeFn select_range_fn(const PackedWeight& w, Isa isa) {  // (bf16_kernel_name 
   switch (w.format) {
     case WeightFormat::NVFP4:
       if (avx512_bf16 && cpu_splits_512bit_ops()) return range_nvfp4_bf16_avx512_halves;
+      if (avx512_bf16 && !cpu_is_intel()) return range_nvfp4_bf16_avx512_words;
       return avx512_bf16        ? range_nvfp4_bf16_avx512
              : isa >= Isa::Avx2 ? range_nvfp4_bf16_avx2
                                 : range_nvfp4_bf16_ref;

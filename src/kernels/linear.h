@@ -80,7 +80,9 @@ bool bf16_kernel_verified();
 bool cpu_splits_512bit_ops();
 // An Intel CPU: there Arith::F32's FP8 passes of 16+ rows and the dense formats' of 32+ decode
 // the weights to f32 once (range_fp8_avx512_wide, range_dense_avx512_wide; the same bits, faster
-// on the one Intel Xeon measured, where on Zen 5 sweeping in registers was).
+// on the one Intel Xeon measured, where on Zen 5 sweeping in registers was). Elsewhere (AMD
+// without split 512-bit operations: Zen 5) Arith::Bf16's one-row NVFP4 passes step by scale
+// words (range_nvfp4_bf16_avx512_words; the same bits, unmeasured on Intel).
 bool cpu_is_intel();
 // The AVX-512 wide passes' blocking (range_wide_z), from this CPU's caches as sysconf reports
 // them (32 KB L1D and 1 MB L2 where it reports none): k chunks of 384 where L1D holds 48 KB

@@ -340,7 +340,7 @@ alignas(64) constexpr std::array<uint16_t, 256 * 16> kProductsBf16 = [] {
 // broadcasts and a VPERMW 0.82 ns in independent chains against 0.56 with two plain loads and a
 // two-table permute (5 / 6 / 8-row passes 64 x 2688 12.0 / 13.7 / 16.2 -> 10.0 / 12.5 / 15.7 us).
 template <bool Shift>
-inline __m512i decode32_bf16(const uint8_t* codes, const uint8_t* scales) {
+inline __m512i decode32_bf16_rows(const uint8_t* codes, const char* row0, const char* row1) {
   const __m512i q =
       _mm512_maskz_broadcast_i64x2(0xFF, _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
   __m512i nibbles;
@@ -358,25 +358,27 @@ inline __m512i decode32_bf16(const uint8_t* codes, const uint8_t* scales) {
       _mm512_ternarylogic_epi32(nibbles, _mm512_set1_epi16(0x0F),
                                 _mm512_set_epi64(kBlock1, 0, kBlock1, 0, kBlock1, 0, kBlock1, 0),
                                 0xEA);  // (a & b) | c
+  const __m256i r0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(row0)),
+                r1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(row1));
   if constexpr (Shift) {
     // A row zero-extended by a masked insert: GCC 12's _mm512_zextsi256_si512 inserts into an
     // "undefined" register (-Wmaybe-uninitialized), and a cast let it add a move per row (5-row
     // pass 10.0 -> 10.5 us); this one compiles to the plain 256-bit load.
-    const auto row = [&](int b) {
-      return _mm512_maskz_inserti64x4(0xFF, _mm512_setzero_si512(),
-                                      _mm256_load_si256(reinterpret_cast<const __m256i*>(
-                                          kProductsBf16.data() + 16 * scales[b])),
-                                      0);
-    };
-    return _mm512_permutex2var_epi16(row(0), idx, row(1));
+    return _mm512_permutex2var_epi16(_mm512_maskz_inserti64x4(0xFF, _mm512_setzero_si512(), r0, 0),
+                                     idx,
+                                     _mm512_maskz_inserti64x4(0xFF, _mm512_setzero_si512(), r1, 0));
   } else {
-    const __m512i table = _mm512_mask_broadcast_i64x4(
-        _mm512_maskz_broadcast_i64x4(0xFF, _mm256_load_si256(reinterpret_cast<const __m256i*>(
-                                               kProductsBf16.data() + 16 * scales[0]))),
-        0xF0,
-        _mm256_load_si256(reinterpret_cast<const __m256i*>(kProductsBf16.data() + 16 * scales[1])));
+    const __m512i table =
+        _mm512_mask_broadcast_i64x4(_mm512_maskz_broadcast_i64x4(0xFF, r0), 0xF0, r1);
     return _mm512_permutexvar_epi16(idx, table);
   }
+}
+inline const char* product_row_bf16(uint8_t scale) {
+  return reinterpret_cast<const char*>(kProductsBf16.data() + 16 * size_t(scale));
+}
+template <bool Shift>
+inline __m512i decode32_bf16(const uint8_t* codes, const uint8_t* scales) {
+  return decode32_bf16_rows<Shift>(codes, product_row_bf16(scales[0]), product_row_bf16(scales[1]));
 }
 
 // x~ of one row (round_activation_bf16 of each element): the chunks as bf16 with word i of each
@@ -428,10 +430,20 @@ inline __m256i decode16_bf16(const uint8_t* codes, uint8_t scale) {
 // once). More: groups of 8 while their activations (8 * K * 2 bytes) fit in half of L1 beside the
 // streamed weights, else of 4 (K = 2688: 8-row groups measured ~10 % slower at 12 and 64 rows;
 // K = 1856: 4-row groups ~5 % slower at 64 rows). Shift: decode32_bf16's variable shift (Zen 4).
-template <bool Shift>
+// Words (Zen 5's one-row passes): tile_bf16_z steps 128 weights at a time, each output's 8 scale
+// bytes in one load and its product rows found from that word (no load and sign extension per
+// block), 4 outputs a tile, the tile after next prefetched. On Zen 5 the one-row tile was bound by
+// the per-block scale loads and the merged table rows (a scratch build that fetched one row per
+// chunk ran 1.24x faster, wrong as it was); this one, 1 thread, L2-resident 64 x 2688 3.59 -> 2.88
+// us, 1856 x 2688 99 -> 78 us; streamed 131072 x 2688 (198 MB) 7.66 -> 6.54 ms with the tile after
+// next prefetched (7.3-8.3 with the next one: four outputs are too short a lead from memory).
+template <bool Shift, bool Words = false>
 struct Nvfp4Bf16Z {
   using Ref = Nvfp4Ref;
   static constexpr int64_t kPrefetchK = 128;  // a cache line of codes
+  static constexpr bool kScaleWords = Words;
+  static constexpr int kOneRowOutputs = Words ? 4 : 8;
+  static constexpr int64_t kPrefetchTilesAhead = Words ? 2 : 1;
   // Zen 4, 1 thread, best of five alternating runs on a busy host (docs/PERFORMANCE.md): one row,
   // the next tile into L1 (into L2: 1.0-1.1x slower); 2-8 rows, any prefetch 1.2-1.5x faster than
   // none, rows into L1 and the next tile into L2 within noise (lm_head 4 rows 35.3 / 25.2 / 25.6
@@ -462,6 +474,11 @@ struct Nvfp4Bf16Z {
     static const char* row(uint64_t sw, int b) {
       return reinterpret_cast<const char*>(kProductsBf16.data()) + scale_row_offset<5>(sw, b);
     }
+    // The chunk at k0 + dk from the step's scale word (kScaleWords).
+    __m512i decode(int64_t k0, int dk, uint64_t sw) const {
+      return decode32_bf16_rows<Shift>(codes + k0 / 2 + dk / 2, row(sw, dk / 16),
+                                       row(sw, dk / 16 + 1));
+    }
     void decode_halves(int64_t k0, int dk, uint64_t sw, __m256i& lo, __m256i& hi) const {
       lo = decode16_bf16_row(codes + k0 / 2 + dk / 2, row(sw, dk / 16));
       hi = decode16_bf16_row(codes + k0 / 2 + dk / 2 + 8, row(sw, dk / 16 + 1));
@@ -472,12 +489,13 @@ struct Nvfp4Bf16Z {
       lo = decode16_bf16(codes + k0 / 2 + dk / 2, scales[k0 / 16 + dk / 16]);
       hi = decode16_bf16(codes + k0 / 2 + dk / 2 + 8, scales[k0 / 16 + dk / 16 + 1]);
     }
-    // The next O rows' codes, O lines per step, and their scales (an eighth of the bytes), one
-    // line per step (past them for O < 8: harmless).
+    // The next O rows' codes (kPrefetchTilesAhead tiles on), O lines per step, and their scales
+    // (an eighth of the bytes), one line per step (past them for O < 8: harmless).
     template <int O, bool L2>
     void prefetch_next_tile(int64_t step) const {
-      packed::prefetch_lines<O, L2>(codes + O * row_bytes, step);
-      packed::prefetch_lines<1, L2>(scales + O * (row_bytes / 8), step);
+      constexpr int64_t ahead = O * kPrefetchTilesAhead;
+      packed::prefetch_lines<O, L2>(codes + ahead * row_bytes, step);
+      packed::prefetch_lines<1, L2>(scales + ahead * (row_bytes / 8), step);
     }
   };
   static void round_row(const float* x, int64_t K, uint16_t* words, float* tail) {
@@ -497,6 +515,16 @@ void range_nvfp4_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_ro
                              int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
                              int64_t o_end) {
   packed::range_bf16_z<Nvfp4Bf16Z<false>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+}
+
+void range_nvfp4_bf16_avx512_words(const PackedWeight& w, const float* x, int64_t n_rows,
+                                   int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
+                                   int64_t o_end) {
+  if (n_rows == 1)
+    packed::range_bf16_z<Nvfp4Bf16Z<true, true>>(w, x, n_rows, x_stride, y, y_stride, o_begin,
+                                                 o_end);
+  else
+    packed::range_bf16_z<Nvfp4Bf16Z<false>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 void range_nvfp4_bf16_avx512_halves(const PackedWeight& w, const float* x, int64_t n_rows,
@@ -634,13 +662,14 @@ void range_nvfp4_bf16_avx2(const PackedWeight& w, const float* x, int64_t n_rows
 
 #pragma GCC pop_options
 
-// The AVX512_BF16 kernel against the reference on random data (64 outputs x 96 columns, 1-5 rows,
-// activations over 2^-20..2^20 with ties and values below the flush threshold). Random data
-// changes the rounding of nearly every output if VDPBF16PS summed in another order (even product
-// first, both products at once, or in a wider accumulator), so a mismatch means the instruction
-// on this CPU is not the one docs/FORMATS.md §2.1 defines.
+// The AVX512_BF16 kernels against the reference on random data (64 outputs x 224 columns: a
+// scale-word step and three chunks; 1-5 rows, activations over 2^-20..2^20 with ties and values
+// below the flush threshold). Random data changes the rounding of nearly every output if
+// VDPBF16PS summed in another order (even product first, both products at once, or in a wider
+// accumulator), so a mismatch means the instruction on this CPU is not the one
+// docs/FORMATS.md §2.1 defines.
 bool nvfp4_bf16_kernel_self_check() {
-  constexpr int64_t kOut = 64, kCols = 96, kRows = 5;
+  constexpr int64_t kOut = 64, kCols = 224, kRows = 5;
   Rng rng(0x5eed);
   std::vector<uint8_t> codes(size_t(kOut * kCols / 2)), scales(size_t(kOut * kCols / 16));
   for (auto& c : codes) c = uint8_t(rng.next());
@@ -657,6 +686,8 @@ bool nvfp4_bf16_kernel_self_check() {
   packed::self_check_activations([&] { return rng.next(); }, x.data(), int64_t(x.size()));
   return packed::self_check_rows(w, x.data(), kRows, range_nvfp4_bf16_ref,
                                  range_nvfp4_bf16_avx512) &&
+         packed::self_check_rows(w, x.data(), kRows, range_nvfp4_bf16_ref,
+                                 range_nvfp4_bf16_avx512_words) &&
          packed::self_check_rows(w, x.data(), kRows, range_nvfp4_bf16_ref,
                                  range_nvfp4_bf16_avx512_halves);
 }

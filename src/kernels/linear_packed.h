@@ -745,6 +745,21 @@ template <class T, int R, int O, class Fin>
 // R rows x O outputs [o, o + O). The accumulators leave the registers only once, through
 // `lanes` (indexing them in the finishing loop spilled them on every iteration of the main
 // loop).
+// With T::kScaleWords the chunks go four at a time (128 weights, one T::kPrefetchK step) while
+// they last, each output's decode taking its rows from T::Cursor::scale_word(k0) (the same chunks
+// in the same order, so the same bits), then one at a time.
+template <class T>
+inline constexpr bool kStepsByScaleWord = requires {
+  requires T::kScaleWords;
+};
+// Outputs a one-row tile_bf16_z takes: T::kOneRowOutputs where T says, else 8.
+template <class T>
+inline constexpr int kOneRowOutputs = [] {
+  if constexpr (requires { T::kOneRowOutputs; })
+    return T::kOneRowOutputs;
+  else
+    return 8;
+}();
 template <class T, int R, int O>
 [[gnu::noinline]] void tile_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* xt,
                                    float* y, int64_t ys, int64_t o) {
@@ -757,7 +772,30 @@ template <class T, int R, int O>
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
     for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (int64_t k0 = 0; k0 < K32; k0 += 32) {
+  int64_t k_words = 0;
+  if constexpr (kStepsByScaleWord<T>) {
+    static_assert(T::kPrefetchK == 128);
+    for (; k_words + 128 <= K32; k_words += 128) {
+      prefetch_tile_bf16<T, R, O>(c, k_words);
+      uint64_t sw[O];
+#pragma GCC unroll 16
+      for (int j = 0; j < O; ++j) sw[j] = c[j].scale_word(k_words);
+#pragma GCC unroll 4
+      for (int dk = 0; dk < 128; dk += 32) {
+        __m512i wv[O];
+#pragma GCC unroll 16
+        for (int j = 0; j < O; ++j) wv[j] = c[j].decode(k_words, dk, sw[j]);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+          const __m512i xv = _mm512_loadu_si512(xw + r * K + k_words + dk);
+#pragma GCC unroll 16
+          for (int j = 0; j < O; ++j)
+            acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)wv[j], (__m512bh)xv);
+        }
+      }
+    }
+  }
+  for (int64_t k0 = k_words; k0 < K32; k0 += 32) {
     prefetch_tile_bf16<T, R, O>(c, k0);
     __m512i wv[O];
 #pragma GCC unroll 16
@@ -795,7 +833,7 @@ template <class T, int R, int O>
 template <class T, int R>
 inline void rows_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
                         int64_t ys, int64_t o_begin, int64_t o_end) {
-  constexpr int O = R <= 2 ? 8 : R == 3 ? 5 : R <= 5 ? 4 : 3;
+  constexpr int O = R == 1 ? kOneRowOutputs<T> : R <= 2 ? 8 : R == 3 ? 5 : R <= 5 ? 4 : 3;
   int64_t o = o_begin;
   for (; o + O <= o_end; o += O) tile_bf16_z<T, R, O>(w, xw, xt, y, ys, o);
   for (; o < o_end; ++o) tile_bf16_z<T, R, 1>(w, xw, xt, y, ys, o);

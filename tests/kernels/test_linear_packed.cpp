@@ -675,10 +675,11 @@ TEST(LinearBf16, ReferenceFollowsTheStatedOrder) {
   EXPECT_EQ(compared, 2 * (37 + 20 + 9 + 5) * (1 + 3 + 6));
 }
 
-// Both AVX512_BF16 NVFP4 kernels, whichever this CPU selects (cpu_splits_512bit_ops): the 512-bit
-// tiles and the one-scale-block-per-ymm tiles of 1-4-row passes, bitwise the reference at 1-5
-// rows over output ranges that split the 4- and 8-output tiles.
-TEST(LinearBf16, BothNvfp4Avx512KernelsEqualTheReference) {
+// Every AVX512_BF16 NVFP4 kernel, whichever this CPU selects: the 512-bit tiles, the one-row tiles
+// stepping by scale words (K = 96: no whole step; 2688: whole steps only; 1856: 14 and a half),
+// and the one-scale-block-per-ymm tiles of 1-4-row passes, bitwise the reference at 1-5 rows over
+// output ranges that split the 4- and 8-output tiles.
+TEST(LinearBf16, EveryNvfp4Avx512KernelEqualsTheReference) {
   if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16 here";
   int compared = 0;
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 96}, {9, 2688}, {64, 1856}}) {
@@ -688,15 +689,15 @@ TEST(LinearBf16, BothNvfp4Avx512KernelsEqualTheReference) {
       const auto x = rand_x(n, xs, uint32_t(n * 29 + cols));
       std::vector<float> ref(static_cast<size_t>(n * ys), -1.0f);
       detail::range_nvfp4_bf16_ref(m->w, x.data(), n, xs, ref.data(), ys, 0, rows);
-      for (auto kernel :
-           {detail::range_nvfp4_bf16_avx512, detail::range_nvfp4_bf16_avx512_halves}) {
+      for (auto kernel : {detail::range_nvfp4_bf16_avx512, detail::range_nvfp4_bf16_avx512_words,
+                          detail::range_nvfp4_bf16_avx512_halves}) {
         const auto y = run_in_ranges(kernel, m->w, x, n, xs, ys);
         ++compared;
         EXPECT_TRUE(bitwise_equal(ref, y)) << m->name << " rows=" << n;
       }
     }
   }
-  EXPECT_EQ(compared, 3 * 5 * 2);
+  EXPECT_EQ(compared, 3 * 5 * 3);
 }
 
 TEST(LinearBf16, EveryIsaEqualsTheReferenceAtEveryWidthThreadAndRange) {
