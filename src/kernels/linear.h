@@ -73,16 +73,16 @@ bool cpu_has_avx512_bf16();
 // definition rests on; a CPU that summed otherwise would fall back to AVX2, not drift).
 bool bf16_kernel_verified();
 // AMD Zen 4 (family 19h with AVX-512), which runs a 512-bit operation as two 256-bit halves:
-// there Arith::Bf16's 1-4-row NVFP4 passes decode one scale block per ymm, and Arith::F32's 1-2-
-// row NVFP4 tiles read the product table instead of multiplying, every f32 NVFP4 tile below 16
-// rows in a permuted lane order (the same bits, faster there; docs/PERFORMANCE.md). Elsewhere the
-// other kernels run those passes.
+// there Arith::Bf16's 1-4-row NVFP4 passes decode one scale block per ymm (the same bits, faster
+// there; docs/PERFORMANCE.md). Elsewhere the other kernels run those passes.
 bool cpu_splits_512bit_ops();
 // An Intel CPU: there Arith::F32's FP8 passes of 16+ rows and the dense formats' of 32+ decode
 // the weights to f32 once (range_fp8_avx512_wide, range_dense_avx512_wide; the same bits, faster
-// on the one Intel Xeon measured, where on Zen 5 sweeping in registers was). Elsewhere (AMD
-// without split 512-bit operations: Zen 5) Arith::Bf16's one-row NVFP4 passes step by scale
-// words (range_nvfp4_bf16_avx512_words; the same bits, unmeasured on Intel).
+// on the one Intel Xeon measured, where on Zen 5 sweeping in registers was), and its 1-2-row NVFP4
+// tiles multiply a register table's E2M1 by the scale. On AMD (Zen 4 and Zen 5) every f32 NVFP4
+// tile below 16 rows reads the product table in a permuted lane order (range_nvfp4_avx512_table),
+// and, where 512-bit operations are whole (Zen 5), Arith::Bf16's one-row NVFP4 passes step by
+// scale words (range_nvfp4_bf16_avx512_words); the same bits, faster there, unmeasured on Intel.
 bool cpu_is_intel();
 // The AVX-512 wide passes' blocking (range_wide_z), from this CPU's caches as sysconf reports
 // them (32 KB L1D and 1 MB L2 where it reports none): k chunks of 384 where L1D holds 48 KB

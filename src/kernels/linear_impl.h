@@ -29,8 +29,7 @@ void range_nvfp4_avx2(const PackedWeight&, const float*, int64_t, int64_t, float
                       int64_t);
 void range_nvfp4_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                         int64_t, int64_t);
-// The same bits, every tile decoding through the product table (faster where 512-bit operations
-// are split).
+// The same bits, every tile decoding through the product table (faster on AMD: Zen 4 and Zen 5).
 void range_nvfp4_avx512_table(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                               int64_t, int64_t);
 void dequantize_row_nvfp4(const PackedWeight& w, int64_t o, float* out);

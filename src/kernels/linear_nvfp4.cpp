@@ -142,8 +142,10 @@ struct Nvfp4Avx2 : Nvfp4Ref {
 // 2j+1: bit offsets 8j and 8j+4); VPERMPS reads only those low 4 bits as a table index, giving
 // the weights directly in canonical order. The table is the block's row of kProducts, so
 // no multiply is left: the kernel weight E2M1 * E4M3 is exact, the same value either way.
-// MulFewRows: tiles of 1-2 rows decode with decode16z_1 (measured faster on Zen 5); without it
-// (where 512-bit operations are split, Zen 4) every tile reads the product table.
+// MulFewRows (Intel): tiles of 1-2 rows decode with decode16z_1 (measured faster on Zen 5 on
+// 2026-12-01); without it (AMD) every tile reads the product table, stepping by scale words, in
+// the permuted lane order: on Zen 4 from the start, on Zen 5 since 2026-12-05 (1-12 rows 1.14-
+// 1.31x faster L2-resident, a one-row pass streamed from memory 1.46x; docs/PERFORMANCE.md).
 template <bool MulFewRows>
 struct Nvfp4Avx512 : Nvfp4Ref {
   // Decoding once to f32 pays from ~16 rows (microbench, Zen 5, 1-2 threads: 8-12 rows run

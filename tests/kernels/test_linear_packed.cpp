@@ -242,7 +242,7 @@ int expect_equal_reference(const std::vector<std::unique_ptr<Case>>& cases, deta
   return compared;
 }
 
-// Both AVX-512 NVFP4 f32 kernels, whichever this CPU selects (cpu_splits_512bit_ops): 1-2-row
+// Both AVX-512 NVFP4 f32 kernels, whichever this CPU selects (cpu_is_intel): 1-2-row
 // tiles multiplying E2M1 by the scale, or reading the product table as every other tile does.
 TEST(LinearPacked, BothNvfp4Avx512KernelsEqualTheReference) {
   if (detected_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
