@@ -141,7 +141,7 @@ const char* bf16_kernel_name(Isa isa) {
   if (isa >= Isa::Avx512 && bf16_kernel_verified())
     return cpu_splits_512bit_ops() ? "avx512_bf16 (NVFP4 1-4 rows in 256-bit blocks)"
            : cpu_is_intel()        ? "avx512_bf16"
-                                   : "avx512_bf16 (NVFP4 one row by scale words)";
+                                   : "avx512_bf16 (NVFP4 by scale words)";
   return isa >= Isa::Avx2 ? "avx2" : "reference";
 }
 

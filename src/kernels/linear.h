@@ -81,8 +81,9 @@ bool cpu_splits_512bit_ops();
 // on the one Intel Xeon measured, where on Zen 5 sweeping in registers was), and its 1-2-row NVFP4
 // tiles multiply a register table's E2M1 by the scale. On AMD (Zen 4 and Zen 5) every f32 NVFP4
 // tile below 16 rows reads the product table in a permuted lane order (range_nvfp4_avx512_table),
-// and, where 512-bit operations are whole (Zen 5), Arith::Bf16's one-row NVFP4 passes step by
-// scale words (range_nvfp4_bf16_avx512_words); the same bits, faster there, unmeasured on Intel.
+// and, where 512-bit operations are whole (Zen 5), Arith::Bf16's NVFP4 passes of 1 and 3+ rows
+// step by scale words (range_nvfp4_bf16_avx512_words); the same bits, faster there, unmeasured on
+// Intel.
 bool cpu_is_intel();
 // The AVX-512 wide passes' blocking (range_wide_z), from this CPU's caches as sysconf reports
 // them (32 KB L1D and 1 MB L2 where it reports none): k chunks of 384 where L1D holds 48 KB

@@ -39,8 +39,8 @@ void range_nvfp4_bf16_avx2(const PackedWeight&, const float*, int64_t, int64_t, 
                            int64_t, int64_t);
 void range_nvfp4_bf16_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                              int64_t, int64_t);
-// The same bits, one-row passes stepping by scale words in 4-output tiles (AMD CPUs that run
-// 512-bit operations whole: Zen 5).
+// The same bits, passes of 1 and 3+ rows stepping by scale words, one-row tiles of 4 outputs (AMD
+// CPUs that run 512-bit operations whole: Zen 5).
 void range_nvfp4_bf16_avx512_words(const PackedWeight&, const float*, int64_t, int64_t, float*,
                                    int64_t, int64_t, int64_t);
 // The same bits, 1-4 rows one scale block per ymm (faster where 512-bit operations are split).

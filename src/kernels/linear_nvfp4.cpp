@@ -432,13 +432,16 @@ inline __m256i decode16_bf16(const uint8_t* codes, uint8_t scale) {
 // once). More: groups of 8 while their activations (8 * K * 2 bytes) fit in half of L1 beside the
 // streamed weights, else of 4 (K = 2688: 8-row groups measured ~10 % slower at 12 and 64 rows;
 // K = 1856: 4-row groups ~5 % slower at 64 rows). Shift: decode32_bf16's variable shift (Zen 4).
-// Words (Zen 5's one-row passes): tile_bf16_z steps 128 weights at a time, each output's 8 scale
-// bytes in one load and its product rows found from that word (no load and sign extension per
-// block), 4 outputs a tile, the tile after next prefetched. On Zen 5 the one-row tile was bound by
-// the per-block scale loads and the merged table rows (a scratch build that fetched one row per
-// chunk ran 1.24x faster, wrong as it was); this one, 1 thread, L2-resident 64 x 2688 3.59 -> 2.88
-// us, 1856 x 2688 99 -> 78 us; streamed 131072 x 2688 (198 MB) 7.66 -> 6.54 ms with the tile after
-// next prefetched (7.3-8.3 with the next one: four outputs are too short a lead from memory).
+// Words (Zen 5's passes of 1 and 3+ rows): tile_bf16_z steps 128 weights at a time, each output's
+// 8 scale bytes in one load and its product rows found from that word (no load and sign extension
+// per block), one-row tiles of 4 outputs, the tile after next prefetched. On Zen 5 the one-row
+// tile was bound by the per-block scale loads and the merged table rows (a scratch build that
+// fetched one row per chunk ran 1.24x faster, wrong as it was); this one, 1 thread, L2-resident
+// 64 x 2688 3.59 -> 2.88 us, 1856 x 2688 99 -> 78 us; streamed 131072 x 2688 (198 MB) 7.66 ->
+// 6.54 ms with the tile after next prefetched (7.3-8.3 with the next one: four outputs are too
+// short a lead from memory). 1856 x 2688, 3 / 4 / 6 / 8 rows 148 / 160 / 211 / 269 -> 115 / 126 /
+// 169 / 220 us (streamed: 4 rows even, 8 rows 1.14x); 2 rows keep VPMULTISHIFTQB (streamed 1.25x
+// slower this way, 131072 x 2688 8.9 -> 11.2 ms, though 1.09x faster from L3).
 template <bool Shift, bool Words = false>
 struct Nvfp4Bf16Z {
   using Ref = Nvfp4Ref;
@@ -522,7 +525,7 @@ void range_nvfp4_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_ro
 void range_nvfp4_bf16_avx512_words(const PackedWeight& w, const float* x, int64_t n_rows,
                                    int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
                                    int64_t o_end) {
-  if (n_rows == 1)
+  if (n_rows != 2)
     packed::range_bf16_z<Nvfp4Bf16Z<true, true>>(w, x, n_rows, x_stride, y, y_stride, o_begin,
                                                  o_end);
   else

@@ -26,8 +26,8 @@ import sys
 # Tile families: (name pattern, instantiations expected in a release build, prefetch required).
 FAMILIES = {
     "tile_z": (r"packed::tile_z<", 84, True),  # 7 row counts x 2 widths x 6 decoders
-    "tile_bf16_z": (r"packed::tile_bf16_z<", 50, True),  # 8 x 2 x NVFP4 (shift or select), FP8;
-    # + NVFP4 one-row by scale words (4 outputs and 1)
+    # 8 row counts x 2 widths x 4 decoders: NVFP4 (select, shift, shift by scale words), FP8
+    "tile_bf16_z": (r"packed::tile_bf16_z<", 64, True),
     "tile_bf16_y": (r"packed::tile_bf16_y<", 8, True),  # 1-4 rows x 2 widths, NVFP4 (Zen 4)
     "tile_f32z": (r"packed::tile_f32z<", 24, False),  # wide passes, 1-6 rows x 1-4 outputs (L1)
     "tile_avx2": (r"::tile_avx2<", 6, False),  # dense AVX2: 3 formats x 1 or 4 rows

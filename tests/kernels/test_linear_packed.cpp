@@ -675,10 +675,10 @@ TEST(LinearBf16, ReferenceFollowsTheStatedOrder) {
   EXPECT_EQ(compared, 2 * (37 + 20 + 9 + 5) * (1 + 3 + 6));
 }
 
-// Every AVX512_BF16 NVFP4 kernel, whichever this CPU selects: the 512-bit tiles, the one-row tiles
-// stepping by scale words (K = 96: no whole step; 2688: whole steps only; 1856: 14 and a half),
-// and the one-scale-block-per-ymm tiles of 1-4-row passes, bitwise the reference at 1-5 rows over
-// output ranges that split the 4- and 8-output tiles.
+// Every AVX512_BF16 NVFP4 kernel, whichever this CPU selects: the 512-bit tiles, the tiles stepping
+// by scale words (1 and 3+ rows; K = 96: no whole step; 2688: whole steps only; 1856: 14 and a
+// half), and the one-scale-block-per-ymm tiles of 1-4-row passes, bitwise the reference at 1-5 rows
+// over output ranges that split the 4- and 8-output tiles.
 TEST(LinearBf16, EveryNvfp4Avx512KernelEqualsTheReference) {
   if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16 here";
   int compared = 0;
