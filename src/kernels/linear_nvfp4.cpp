@@ -424,8 +424,7 @@ inline __m256i decode16_bf16_row(const uint8_t* codes, const char* row) {
       _mm256_load_si256(reinterpret_cast<const __m256i*>(row)));
 }
 inline __m256i decode16_bf16(const uint8_t* codes, uint8_t scale) {
-  return decode16_bf16_row(
-      codes, reinterpret_cast<const char*>(kProductsBf16.data() + 16 * size_t(scale)));
+  return decode16_bf16_row(codes, product_row_bf16(scale));
 }
 
 // Up to 8 rows: one pass (one decode feeds every row, so a 5-8-row pass decodes each weight
