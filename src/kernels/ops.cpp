@@ -148,6 +148,77 @@ void axpy_rows(const float* a, int64_t m, const float* X, int64_t x_stride, floa
   axpy_rows_ref(a, m, X + i, x_stride, y + i, n - i);
 }
 
+namespace {
+
+// One state row: each 16-element block updated (a multiply, a multiply and an add, as
+// decay_outer_add) and, while in registers, added into the row's dot: lane l takes k = l mod 16 in
+// k order as dot() does; then its two halves, hsum8_fixed and the tail's fma chain. A row at a
+// time, so the state is read in storage order: where it comes from memory (one row per head, a
+// decode step) 4 rows side by side measured 1.3-1.5x slower than the unfused pair; from cache
+// (the rows after the first of a verify pass) as fast as a row at a time (docs/PERFORMANCE.md).
+float tail_update_dot(float* s, int64_t k0, int64_t n, float decay, const float* b, float x,
+                      const float* c) {
+  float t = 0.0f;
+  for (int64_t k = k0; k < n; ++k) {
+    s[k] = s[k] * decay + b[k] * x;
+    t = std::fma(s[k], c[k], t);
+  }
+  return t;
+}
+
+__attribute__((target("avx512f"))) float decay_outer_add_dot_avx512(float* s, int64_t n,
+                                                                    float decay, const float* b,
+                                                                    float x, const float* c) {
+  const int64_t n16 = n - n % 16;
+  const __m512 d = _mm512_set1_ps(decay), xv = _mm512_set1_ps(x);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t k = 0; k < n16; k += 16) {
+    const __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(s + k), d),
+                                   _mm512_mul_ps(_mm512_loadu_ps(b + k), xv));
+    _mm512_storeu_ps(s + k, v);
+    acc = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + k), acc);
+  }
+  alignas(64) float lanes[16], v[8];
+  _mm512_store_ps(lanes, acc);
+  for (int l = 0; l < 8; ++l) v[l] = lanes[l] + lanes[l + 8];
+  return detail::hsum8_fixed(v) + tail_update_dot(s, n16, n, decay, b, x, c);
+}
+
+// The same with two 8-lane halves per block (dot_rows_avx2's accumulators).
+__attribute__((target("avx2,fma"))) float decay_outer_add_dot_avx2(float* s, int64_t n, float decay,
+                                                                   const float* b, float x,
+                                                                   const float* c) {
+  const int64_t n16 = n - n % 16;
+  const __m256 d = _mm256_set1_ps(decay), xv = _mm256_set1_ps(x);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t k = 0; k < n16; k += 16)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t i = k + 8 * h;
+      const __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(s + i), d),
+                                     _mm256_mul_ps(_mm256_loadu_ps(b + i), xv));
+      _mm256_storeu_ps(s + i, v);
+      acc[h] = _mm256_fmadd_ps(v, _mm256_loadu_ps(c + i), acc[h]);
+    }
+  alignas(32) float v[8];
+  _mm256_store_ps(v, _mm256_add_ps(acc[0], acc[1]));
+  return detail::hsum8_fixed(v) + tail_update_dot(s, n16, n, decay, b, x, c);
+}
+
+}  // namespace
+
+void decay_outer_add_dot(float* S, int64_t rows, int64_t n, float decay, const float* b,
+                         const float* x, const float* c, float* out) {
+  const Isa isa = active_isa();
+  if (isa < Isa::Avx2) {
+    decay_outer_add_ref(S, rows, n, decay, b, x);
+    for (int64_t r = 0; r < rows; ++r) out[r] = dot_ref(S + r * n, c, n);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    out[r] = isa >= Isa::Avx512 ? decay_outer_add_dot_avx512(S + r * n, n, decay, b, x[r], c)
+                                : decay_outer_add_dot_avx2(S + r * n, n, decay, b, x[r], c);
+}
+
 void decay_outer_add(float* S, int64_t rows, int64_t n, float decay, const float* b,
                      const float* x) {
   if (active_isa() >= Isa::Avx2)

@@ -19,6 +19,10 @@ void dot_rows(const float* a, int64_t a_stride, int64_t rows, const float* b, in
 // state update).
 void decay_outer_add(float* S, int64_t rows, int64_t n, float decay, const float* b,
                      const float* x);
+// decay_outer_add(S, rows, n, decay, b, x), then out[r] = dot(S + r·n, c, n): the same bits, with
+// each state row read and written once (the SSM step: update, then readout).
+void decay_outer_add_dot(float* S, int64_t rows, int64_t n, float decay, const float* b,
+                         const float* x, const float* c, float* out);
 
 // out = (x · 1/sqrt(mean(x²) + eps)) · w   (w may be null = ones). out may alias x.
 void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out);

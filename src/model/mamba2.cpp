@@ -90,10 +90,10 @@ void ssm_step_head(float* S, const float* x, const float* B, const float* C, flo
   const float dA = std::exp(dt * A);
   float dtB[512];  // N <= 512 (checked at load)
   for (int64_t n = 0; n < N; ++n) dtB[n] = B[n] * dt;
-  kernels::decay_outer_add(S, P, N, dA, dtB, x);  // S[p][n] = S[p][n]·dA + dtB[n]·x[p]
-  if (!y) return;
-  // y[p] = S[p]·C + D·x[p]; the P dots side by side (each bitwise dot()'s).
-  kernels::dot_rows(S, N, P, C, N, y);
+  // S[p][n] = S[p][n]·dA + dtB[n]·x[p]
+  if (!y) return kernels::decay_outer_add(S, P, N, dA, dtB, x);
+  // y[p] = S[p]·C + D·x[p], each dot bitwise dot()'s, in the same pass over S as its update.
+  kernels::decay_outer_add_dot(S, P, N, dA, dtB, x, C, y);
   for (int64_t p = 0; p < P; ++p) y[p] = y[p] + D * x[p];
 }
 
