@@ -154,8 +154,9 @@ namespace {
 // decay_outer_add) and, while in registers, added into the row's dot: lane l takes k = l mod 16 in
 // k order as dot() does; then its two halves, hsum8_fixed and the tail's fma chain. A row at a
 // time, so the state is read in storage order: where it comes from memory (one row per head, a
-// decode step) 4 rows side by side measured 1.3-1.5x slower than the unfused pair; from cache
-// (the rows after the first of a verify pass) as fast as a row at a time (docs/PERFORMANCE.md).
+// decode step) 4 rows side by side measured 1.3-1.5x slower than the unfused pair (52 layers, Zen
+// 5, scan per layer 108-126 against 76-94 us), though from cache (the rows after the first of a
+// verify pass) up to 1.2x faster than a row at a time (docs/PERFORMANCE.md).
 float tail_update_dot(float* s, int64_t k0, int64_t n, float decay, const float* b, float x,
                       const float* c) {
   float t = 0.0f;

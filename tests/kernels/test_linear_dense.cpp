@@ -223,8 +223,8 @@ TEST(Ops, DecayOuterAddSameBitsEveryPath) {
 
 TEST(Ops, DecayOuterAddDotIsUpdateThenDot) {
   // decay_outer_add_dot: the state of decay_outer_add and each row's dot() of it, bitwise, on
-  // every path the machine has (the reference's unfused pair is the oracle), for row counts around
-  // the 4-row blocks and lengths with and without a tail (the SSM step: 64 rows of 128).
+  // every path the machine has (the reference's unfused pair is the oracle), for 1-64 rows and
+  // lengths with and without a tail (the SSM step: 64 rows of 128).
   const Isa saved = active_isa();
   int checked = 0;
   for (Isa isa : available_isas())
