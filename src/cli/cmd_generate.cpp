@@ -131,7 +131,10 @@ std::vector<Command> make_generate_commands() {
     const bool as_ids = !ro->ids.empty();
     if (ro->vs_plain) {  // both sides timed warm: page in the weights and the drafter first
       auto w = req;
-      w.max_tokens = 2;
+      // Room for a round at the full draft length (the first round of --spec auto): with fewer
+      // tokens no round drafts, and the timed run paid the drafter's first use (its weights'
+      // page faults, the verify rows' buffers) in its first drafting round.
+      w.max_tokens = g.draft_max() + 2;
       g.generate(w, [](int32_t) { return true; });
       engine::Generator(*m, threads_of(f.threads)).generate(w, [](int32_t) { return true; });
     }
