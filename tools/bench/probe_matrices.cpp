@@ -1,0 +1,192 @@
+// What the decode kernels read from memory, matrix by matrix, against the engine's bandwidth probe
+// (docs/PERFORMANCE.md, "Zen 5, midday: where two threads' bandwidth goes"): kernels::linear over
+// each Lightning matrix of a decode step, at ROWS rows, cycling through enough copies (23 Mamba
+// projections, 128 experts, ...) that every call streams from memory, and the routed experts'
+// passes as moe_forward runs them (six random experts and the shared one per kernels::linear_many,
+// up then down). Prints `bench --membw`'s probe first (the same dot over 1 GiB), then each kind's
+// mean time per call and GB/s; random weights, since every kernel reads the same bytes whatever
+// their values. Needs ~3.7 GB of memory.
+// Not part of the build; after a release build into build/:
+//   g++ -O2 -std=c++20 -Isrc -o /tmp/probe_matrices tools/bench/probe_matrices.cpp
+//       build/libnemotron_kernels.a build/libnemotron_base.a -lfmt -fopenmp   (one command)
+//   /tmp/probe_matrices 2 bf16     # THREADS ARITH [REPS [ROWS]]
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "base/memory.h"
+#include "base/threads.h"
+#include "kernels/linear.h"
+#include "kernels/ops.h"
+
+using namespace nemo;
+using namespace nemo::kernels;
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// n bytes, 2 MB-aligned and advised into huge pages as the engine maps its checkpoints; never
+// freed (the process ends after one run).
+uint8_t* arena(size_t n) {
+  const size_t huge = size_t(2) << 20;
+  void* p = mmap(nullptr, n + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    std::fprintf(stderr, "out of memory\n");
+    std::exit(1);
+  }
+  auto* a = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + huge - 1) & ~(huge - 1));
+  madvise(a, n, MADV_HUGEPAGE);
+  return a;
+}
+
+enum class Fmt { Fp8, Nvfp4, Bf16 };
+
+PackedWeight make(Fmt f, int64_t rows, int64_t cols, Arith arith, std::mt19937& g) {
+  PackedWeight w;
+  w.rows = rows, w.cols = cols;
+  const size_t n = size_t(rows * cols);
+  if (f == Fmt::Fp8) {
+    uint8_t* d = arena(n);
+    for (size_t i = 0; i < n; ++i) {
+      auto b = uint8_t(g());
+      if ((b & 0x7F) == 0x7F) b ^= 1;  // no NaN codes
+      if ((b & 0x78) == 0) b |= 0x20;  // exponent-0 codes are rare in real weights
+      d[i] = b;
+    }
+    w.format = WeightFormat::FP8_E4M3, w.data = d, w.scale = 0.01f, w.arith = arith;
+  } else if (f == Fmt::Nvfp4) {
+    uint8_t* d = arena(n / 2 + n / 16);
+    for (size_t i = 0; i < n / 2; ++i) d[i] = uint8_t(g());
+    for (size_t i = 0; i < n / 16; ++i) d[n / 2 + i] = uint8_t(0x18 + g() % 32);
+    w.format = WeightFormat::NVFP4, w.data = d, w.scales = d + n / 2, w.scale = 1.0f;
+    w.group = 16, w.arith = arith;
+  } else {
+    auto* d = reinterpret_cast<uint16_t*>(arena(2 * n));
+    for (size_t i = 0; i < n; ++i) d[i] = uint16_t(((0x3C + g() % 4) << 8) | (g() & 0x80FF));
+    w.format = WeightFormat::BF16, w.data = d;  // dense weights take f32 arithmetic
+  }
+  return w;
+}
+
+// bench --membw's probe (cmd_bench.cpp): the dot over a 1 GiB buffer, best of 3, GB/s.
+double read_bandwidth(const ThreadConfig& tc) {
+  const size_t n = (size_t(1) << 30) / sizeof(float);
+  Buffer<float> buf(n);
+  for (size_t i = 0; i < n; i += 1024) buf[i] = float(i);
+  const int64_t blocks = int64_t(n / 4096);
+  double best = 0, sink = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> part(size_t(blocks), 0.0);
+    const double t0 = now();
+    parallel_for(tc, blocks, 1, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k)
+        part[size_t(k)] = double(dot(buf.data() + k * 4096, buf.data() + k * 4096, 4096));
+    });
+    best = std::max(best, double(n * sizeof(float)) / (now() - t0) / 1e9);
+    sink += part[0];
+  }
+  if (sink < 0) std::printf(" ");
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s THREADS f32|bf16 [REPS [ROWS]]\n", argv[0]);
+    return 2;
+  }
+  const ThreadConfig tc{std::max(1, std::atoi(argv[1]))};
+  const Arith arith = parse_arith(argv[2], "ARITH");
+  const int reps = argc > 3 ? std::max(2, std::atoi(argv[3])) : 6;
+  const int64_t rows = argc > 4 ? std::clamp<int64_t>(std::atoll(argv[4]), 1, 16) : 1;
+  std::mt19937 g(1);
+  struct Kind {
+    const char* name;
+    Fmt fmt;
+    int64_t out, in;
+    int copies;
+  };
+  const std::vector<Kind> kinds = {
+      {"mamba in_proj fp8", Fmt::Fp8, 10304, 2688, 23},
+      {"mamba out_proj fp8", Fmt::Fp8, 2688, 4096, 23},
+      {"attention qkv bf16", Fmt::Bf16, 4608, 2688, 6},
+      {"attention o bf16", Fmt::Bf16, 2688, 4096, 6},
+      {"lm_head nvfp4", Fmt::Nvfp4, 131072, 2688, 3},
+      {"expert up nvfp4", Fmt::Nvfp4, 1856, 2688, 128},
+      {"expert down nvfp4", Fmt::Nvfp4, 2688, 1856, 128},
+      {"shared up nvfp4", Fmt::Nvfp4, 3712, 2688, 23},
+      {"shared down nvfp4", Fmt::Nvfp4, 2688, 3712, 23},
+  };
+  std::vector<std::vector<PackedWeight>> mats;
+  for (const Kind& k : kinds) {
+    std::vector<PackedWeight> v;
+    for (int c = 0; c < k.copies; ++c) v.push_back(make(k.fmt, k.out, k.in, arith, g));
+    mats.push_back(std::move(v));
+  }
+  Buffer<float> x(size_t(rows * 4096)), y(size_t(rows * 131072));
+  std::normal_distribution<float> nd;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = nd(g);
+  std::printf("threads %d, %s, %lld row(s), %s kernels: membw %.1f GB/s\n", tc.n_threads,
+              arith_name(arith), (long long)rows, isa_name(active_isa()), read_bandwidth(tc));
+  // Each kind: every copy in turn, `reps` times; the first pass over the copies is not counted.
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const Kind& k = kinds[i];
+    const size_t copies = std::min<size_t>(mats[i].size(), 24);  // 24 experts' worth of passes
+    double t = 0, bytes = 0;
+    int64_t calls = 0;
+    for (int r = 0; r < reps; ++r)
+      for (size_t c = 0; c < copies; ++c) {
+        const double t0 = now();
+        linear(mats[i][c], x.data(), rows, k.in, y.data(), k.out, tc);
+        if (r == 0) continue;
+        t += now() - t0, bytes += double(mats[i][c].bytes()), ++calls;
+      }
+    std::printf("%-22s %9.1f us/call %6.1f GB/s\n", k.name, t / double(calls) * 1e6,
+                bytes / t / 1e9);
+  }
+  // moe_forward's decode passes: six random experts (ascending) and the shared one, each
+  // projection one linear_many; layer l takes shared copy l % 23.
+  std::uniform_int_distribution<int> pick(0, 127);
+  Buffer<float> h(size_t(rows * (6 * 1856 + 3712))), out(size_t(rows * 7 * 2688));
+  double t_up = 0, t_down = 0, b_up = 0, b_down = 0;
+  int64_t calls = 0;
+  for (int r = 0; r < reps * 23; ++r) {
+    std::vector<int> e;
+    while (e.size() < 6)
+      if (const int c = pick(g); std::find(e.begin(), e.end(), c) == e.end()) e.push_back(c);
+    std::sort(e.begin(), e.end());
+    std::vector<LinearJob> up, down;
+    const int64_t hs = 6 * 1856 + 3712;  // hidden values per row
+    for (size_t j = 0; j < 6; ++j) {
+      up.push_back({&mats[5][size_t(e[j])], x.data(), rows, 4096, h.data() + j * 1856, hs});
+      down.push_back(
+          {&mats[6][size_t(e[j])], h.data() + j * 1856, rows, hs, out.data() + j * 2688, 7 * 2688});
+    }
+    const size_t s = size_t(r % 23);
+    up.push_back({&mats[7][s], x.data(), rows, 4096, h.data() + 6 * 1856, hs});
+    down.push_back({&mats[8][s], h.data() + 6 * 1856, rows, hs, out.data() + 6 * 2688, 7 * 2688});
+    const double t0 = now();
+    linear_many(up, tc);
+    const double t1 = now();
+    linear_many(down, tc);
+    const double t2 = now();
+    if (r < 23) continue;
+    t_up += t1 - t0, t_down += t2 - t1, ++calls;
+    for (const auto& j : up) b_up += double(j.w->bytes());
+    for (const auto& j : down) b_down += double(j.w->bytes());
+  }
+  std::printf("%-22s %9.1f us/call %6.1f GB/s\n", "moe up (linear_many)",
+              t_up / double(calls) * 1e6, b_up / t_up / 1e9);
+  std::printf("%-22s %9.1f us/call %6.1f GB/s\n", "moe down (linear_many)",
+              t_down / double(calls) * 1e6, b_down / t_down / 1e9);
+}
