@@ -150,13 +150,8 @@ void axpy_rows(const float* a, int64_t m, const float* X, int64_t x_stride, floa
 
 namespace {
 
-// One state row: each 16-element block updated (a multiply, a multiply and an add, as
-// decay_outer_add) and, while in registers, added into the row's dot: lane l takes k = l mod 16 in
-// k order as dot() does; then its two halves, hsum8_fixed and the tail's fma chain. A row at a
-// time, so the state is read in storage order: where it comes from memory (one row per head, a
-// decode step) 4 rows side by side measured 1.3-1.5x slower than the unfused pair (52 layers, Zen
-// 5, scan per layer 108-126 against 76-94 us), though from cache (the rows after the first of a
-// verify pass) up to 1.2x faster than a row at a time (docs/PERFORMANCE.md).
+// The elements [k0, n) past the last whole 16-element block: updated as decay_outer_add does,
+// their products in one fma chain in k order (dot()'s tail).
 float tail_update_dot(float* s, int64_t k0, int64_t n, float decay, const float* b, float x,
                       const float* c) {
   float t = 0.0f;
@@ -167,6 +162,13 @@ float tail_update_dot(float* s, int64_t k0, int64_t n, float decay, const float*
   return t;
 }
 
+// One state row: each 16-element block updated (a multiply, a multiply and an add, as
+// decay_outer_add) and, while in registers, added into the row's dot: lane l takes k = l mod 16 in
+// k order as dot() does; then its two halves, hsum8_fixed and the tail's fma chain. A row at a
+// time, so the state is read in storage order: where it comes from memory (one row per head, a
+// decode step) 4 rows side by side measured 1.3-1.5x slower than the unfused pair (52 layers, Zen
+// 5, scan per layer 108-126 against 76-94 us), though from cache (the rows after the first of a
+// verify pass) up to 1.2x faster than a row at a time (docs/PERFORMANCE.md).
 __attribute__((target("avx512f"))) float decay_outer_add_dot_avx512(float* s, int64_t n,
                                                                     float decay, const float* b,
                                                                     float x, const float* c) {
