@@ -1,7 +1,9 @@
 // What the decode kernels read from memory, matrix by matrix, against the engine's bandwidth probe
 // (docs/PERFORMANCE.md, "Zen 5, midday: where two threads' bandwidth goes"): kernels::linear over
-// each Lightning matrix of a decode step, at ROWS rows, cycling through enough copies (23 Mamba
-// projections, 128 experts, ...) that every call streams from memory, and the routed experts'
+// each Lightning matrix of a decode step, at ROWS rows, each call on a random one of as many copies
+// as a 52-layer checkpoint has (23 Mamba projections, 128 experts, ...) so that every call streams
+// from memory as a decode step's do (taken in turn, the copies ran up to 1.4x faster: 24 experts'
+// 67 MB are partly still in the caches when their turn comes again), and the routed experts'
 // passes as moe_forward runs them (six random experts and the shared one per kernels::linear_many,
 // up then down). Prints `bench --membw`'s probe first (the same dot over 1 GiB), then each kind's
 // mean time per call and GB/s; random weights, since every kernel reads the same bytes whatever
@@ -138,14 +140,17 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = nd(g);
   std::printf("threads %d, %s, %lld row(s), %s kernels: membw %.1f GB/s\n", tc.n_threads,
               arith_name(arith), (long long)rows, isa_name(active_isa()), read_bandwidth(tc));
-  // Each kind: every copy in turn, `reps` times; the first pass over the copies is not counted.
+  // Each kind: `reps` rounds of up to 24 calls, each on a random copy other than the last one;
+  // the first round is not counted.
   for (size_t i = 0; i < kinds.size(); ++i) {
     const Kind& k = kinds[i];
-    const size_t copies = std::min<size_t>(mats[i].size(), 24);  // 24 experts' worth of passes
+    const size_t n = mats[i].size(), calls_per_round = std::min<size_t>(n, 24);
     double t = 0, bytes = 0;
     int64_t calls = 0;
+    size_t c = 0;
     for (int r = 0; r < reps; ++r)
-      for (size_t c = 0; c < copies; ++c) {
+      for (size_t u = 0; u < calls_per_round; ++u) {
+        c = (c + 1 + size_t(g() % (n - 1))) % n;
         const double t0 = now();
         linear(mats[i][c], x.data(), rows, k.in, y.data(), k.out, tc);
         if (r == 0) continue;
