@@ -253,44 +253,49 @@ struct Bench {
     const int64_t V = m.config().vocab_size;
     std::vector<int32_t> rows(8);
     for (auto& t : rows) t = int32_t(rng.next() % uint64_t(V));
-    // One state per width, reset to the prompt's snapshot before each repetition: the journal
-    // and scratch buffers are then warm, as in a decoding loop (a fresh state per repetition
-    // measured page faults: ~0.3 decode steps here). The first repetition is a warm-up.
-    // used: the experts its rows routed to in the warm-up ([layer][expert]), whose bytes the pass
-    // reads at best (shared matrices once, the union of its rows' experts once).
-    auto time_width = [&](int w, bool record, double* rollback,
-                          std::vector<std::vector<uint8_t>>* used, model::ForwardProfile* parts) {
+    // Widths interleaved: each round times one pass of every width in turn (one row without the
+    // journal first: the decode step the floors are relative to), so that a slow spell of the
+    // machine falls on every width alike rather than on the widths timed during it (timed one
+    // width after another, 52 layers on Zen 5: the decode step 69.8 ms, the recorded one-row pass
+    // right after it 60.0). One state, reset to the prompt's snapshot before each pass: its
+    // journal and scratch buffers are warm, as in a decoding loop (a fresh state per pass measured
+    // page faults: ~0.3 decode steps here). The first round is a warm-up; its profile says which
+    // experts each width's rows routed to ([layer][expert]), whose bytes the pass reads at best
+    // (shared matrices once, the union of its rows' experts once).
+    struct Width {
       std::vector<double> ts, rb;
-      model::ForwardProfile prof, timed;
+      model::ForwardProfile warm, timed;
+    };
+    std::vector<Width> runs(9);  // [0]: the decode step; [w]: w rows, recorded, then rolled back
+    {
       auto st = m.new_state();
       m.forward(st, prompt, {}, tc);
       const model::SequenceState snap = st.snapshot();
-      for (int r = -1; r < reps; ++r) {
-        st.restore(snap);
-        model::ForwardOptions fo;
-        fo.all_logits = true;
-        fo.record = record;
-        fo.profile = r < 0 ? &prof : &timed;
-        const double t0 = now_seconds();
-        m.forward(st, std::span<const int32_t>(rows).first(size_t(w)), fo, tc);
-        const double t = now_seconds() - t0;
-        double t_rb = 0.0;
-        if (record) {
-          const double t1 = now_seconds();
-          m.accept(st, 1, tc);  // worst case: replay from the pre-round state, keep one row
-          t_rb = now_seconds() - t1;
+      for (int r = -1; r < reps; ++r)
+        for (int i = 0; i <= 8; ++i) {
+          Width& x = runs[size_t(i)];
+          const bool record = i > 0;
+          st.restore(snap);
+          model::ForwardOptions fo;
+          fo.all_logits = true;
+          fo.record = record;
+          fo.profile = r < 0 ? &x.warm : &x.timed;
+          const double t0 = now_seconds();
+          m.forward(st, std::span<const int32_t>(rows).first(size_t(std::max(1, i))), fo, tc);
+          const double t = now_seconds() - t0;
+          double t_rb = 0.0;
+          if (record) {
+            const double t1 = now_seconds();
+            m.accept(st, 1, tc);  // worst case: replay from the pre-round state, keep one row
+            t_rb = now_seconds() - t1;
+          }
+          if (r < 0) continue;
+          x.ts.push_back(t);
+          if (record) x.rb.push_back(t_rb);
         }
-        if (r < 0) continue;
-        ts.push_back(t);
-        if (record) rb.push_back(t_rb);
-      }
-      if (rollback) *rollback = median(rb);
-      if (used) *used = prof.experts_used;
-      if (parts) *parts = std::move(timed);
-      return median(ts);
-    };
-    std::vector<std::vector<uint8_t>> used1;
-    const double t1 = time_width(1, false, nullptr, &used1, nullptr);
+    }
+    const std::vector<std::vector<uint8_t>>& used1 = runs[0].warm.experts_used;
+    const double t1 = median(runs[0].ts);
     const int64_t b1 = m.bytes_read(used1);
     // The floor of width w in decode steps: its bytes over the 1-row step's, i.e. what the pass
     // would cost if every kernel ran at the 1-row step's bytes per second. With --membw the
@@ -319,17 +324,17 @@ struct Bench {
           peak.instruction, peak_macs_s / 1e9, tc.n_threads, double(macs_row) / 1e9,
           double(macs_row) / peak_macs_s * 1e3, double(macs_row) / peak_macs_s / t1);
       std::printf(
-          "verify     width: time (x one decode step); byte floor (x step) = bytes read / the "
-          "step's; time / floor%s; compute floor (x step) = the rows' multiply-adds at the peak; "
-          "per matrix = each product at the slower of its bytes and its multiply-adds (time / "
-          "that)\n",
-          bw > 0 ? "; time / (bytes at the measured bandwidth)" : "");
+          "verify     width (medians of %d rounds, the widths and the decode step interleaved): "
+          "time (x one decode step, %.2f ms); byte floor (x step) = bytes read / the step's; "
+          "time / floor%s; compute floor (x step) = the rows' multiply-adds at the peak; per "
+          "matrix = each product at the slower of its bytes and its multiply-adds (time / that)\n",
+          reps, t1 * 1e3, bw > 0 ? "; time / (bytes at the measured bandwidth)" : "");
     }
     for (int w = 1; w <= 8; ++w) {
-      double rb = 0;
-      std::vector<std::vector<uint8_t>> used;
-      model::ForwardProfile parts;
-      const double tw = time_width(w, true, &rb, &used, &parts);
+      const Width& x = runs[size_t(w)];
+      const double tw = median(x.ts), rb = median(x.rb);
+      const std::vector<std::vector<uint8_t>>& used = x.warm.experts_used;
+      const model::ForwardProfile& parts = x.timed;
       const int64_t bw_bytes = m.bytes_read(used);
       double matrix_s = 0;
       int64_t matmul_bytes = 0;
@@ -377,6 +382,7 @@ struct Bench {
       }
     }
     j["decode_step_s"] = t1;
+    j["verify_rounds"] = reps;
     j["decode_step_bytes"] = b1;
     j["verify_curve"] = curve;
   }

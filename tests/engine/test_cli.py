@@ -103,7 +103,7 @@ with tempfile.TemporaryDirectory() as d:
         ok = len(sp["speedup_runs"]) == 3 and sp["speedup"] == sorted(sp["speedup_runs"])[1] and \
             j["spec_plain_tok_s"] > 0 and \
             j["spec"][0]["identical_to_plain"] and j["spec"][0]["acceptance_rate"] == 1.0 and \
-            len(c) == 8 and c[0]["floor_relative"] == 1.0 and c[0]["bytes"] == j["decode_step_bytes"] and \
+            j["verify_rounds"] == 3 and len(c) == 8 and c[0]["floor_relative"] == 1.0 and c[0]["bytes"] == j["decode_step_bytes"] and \
             all(c[i]["bytes"] <= c[i + 1]["bytes"] for i in range(7)) and c[7]["bytes"] > c[0]["bytes"] and \
             all(set(e["part_ms"]) == {"mamba", "attention", "moe", "mlp", "norms_embed", "lm_head"} and
                 min(e["part_ms"].values()) >= 0 and e["part_ms"]["mamba"] > 0 for e in c)
