@@ -32,29 +32,6 @@ namespace nemo::cli {
 
 namespace {
 
-// Streams a 1 GiB buffer (larger than any cache) with the given threads; best of 3, GB/s.
-double measure_read_bandwidth(const ThreadConfig& tc) {
-  const size_t n = (size_t(1) << 30) / sizeof(float);
-  Buffer<float> buf(n);
-  for (size_t i = 0; i < n; i += 1024) buf[i] = float(i);
-  double best = 0, sink = 0;
-  const int64_t blocks = int64_t(n / 4096);
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<double> part(size_t(blocks), 0.0);
-    const double t0 = now_seconds();
-    parallel_for(tc, blocks, 1, [&](int64_t b, int64_t e) {
-      for (int64_t blk = b; blk < e; ++blk)
-        part[size_t(blk)] =
-            double(kernels::dot(buf.data() + blk * 4096, buf.data() + blk * 4096, 4096));
-    });
-    const double dt = now_seconds() - t0;
-    best = std::max(best, double(n * sizeof(float)) / dt / 1e9);
-    sink += part[0];
-  }
-  if (sink < 0) std::printf(" ");  // keep the reads observable
-  return best;
-}
-
 // Multiply-adds per second of the instruction the products' multi-row passes run on (arith, the
 // active ISA), on every thread at once: best of 5 runs of ~10 ms.
 double measure_dot_peak(const ThreadConfig& tc, kernels::Arith arith) {
@@ -237,7 +214,7 @@ struct Bench {
 
   void roofline() {
     const double dec_gb = double(m.decode_bytes_per_token()) / 1e9;
-    const double bw = measure_read_bandwidth(tc);
+    const double bw = kernels::measure_read_bandwidth(tc);
     j["read_bandwidth_gb_s"] = bw;
     j["roofline_tok_s"] = bw / dec_gb;
     j["roofline_fraction"] = decode_tok_s * dec_gb / bw;

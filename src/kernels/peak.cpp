@@ -4,6 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/memory.h"
+#include "kernels/ops.h"
 
 namespace nemo::kernels {
 
@@ -91,6 +97,27 @@ int64_t run_dot_peak(Arith a, Isa isa, int64_t rounds) {
   // The sum is 12 * lanes * (1 + rounds * 2^-20 * pairs) > 0: kept observable, never taken.
   if (!(p.run(rounds) > 0)) return 0;
   return kChains * rounds * p.peak.macs_per_instruction;
+}
+
+double measure_read_bandwidth(const ThreadConfig& tc) {
+  const size_t n = (size_t(1) << 30) / sizeof(float);
+  Buffer<float> buf(n);
+  for (size_t i = 0; i < n; i += 1024) buf[i] = float(i);
+  double best = 0, sink = 0;
+  const int64_t blocks = int64_t(n / 4096);
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> part(size_t(blocks), 0.0);
+    const double t0 = now_seconds();
+    parallel_for(tc, blocks, 1, [&](int64_t b, int64_t e) {
+      for (int64_t blk = b; blk < e; ++blk)
+        part[size_t(blk)] = double(dot(buf.data() + blk * 4096, buf.data() + blk * 4096, 4096));
+    });
+    const double dt = now_seconds() - t0;
+    best = std::max(best, double(n * sizeof(float)) / dt / 1e9);
+    sink += part[0];
+  }
+  if (sink < 0) std::printf(" ");  // keep the reads observable
+  return best;
 }
 
 }  // namespace nemo::kernels

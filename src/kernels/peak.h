@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 
+#include "base/threads.h"
 #include "kernels/linear.h"
 
 namespace nemo::kernels {
@@ -19,5 +20,9 @@ DotPeak dot_peak_instruction(Arith a, Isa isa);
 // `rounds` rounds of 12 independent chains of that instruction (enough to hide its latency);
 // returns the multiply-adds done (12 * rounds * macs_per_instruction).
 int64_t run_dot_peak(Arith a, Isa isa, int64_t rounds);
+
+// The read bandwidth the decode kernels are held against (bench --membw, the roofline): `dot`
+// over a 1 GiB buffer (larger than any cache) in 16 KB blocks on tc's threads; best of 3, GB/s.
+double measure_read_bandwidth(const ThreadConfig& tc);
 
 }  // namespace nemo::kernels

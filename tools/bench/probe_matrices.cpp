@@ -5,9 +5,9 @@
 // from memory as a decode step's do (taken in turn, the copies ran up to 1.4x faster: 24 experts'
 // 67 MB are partly still in the caches when their turn comes again), and the routed experts'
 // passes as moe_forward runs them (six random experts and the shared one per kernels::linear_many,
-// up then down). Prints `bench --membw`'s probe first (the same dot over 1 GiB), then each kind's
-// mean time per call and GB/s; random weights, since every kernel reads the same bytes whatever
-// their values. Needs ~3.7 GB of memory.
+// up then down). Prints `bench --membw`'s probe first (kernels::measure_read_bandwidth), then
+// each kind's mean time per call and GB/s; random weights, since every kernel reads the same bytes
+// whatever their values. Needs ~3.7 GB of memory.
 // Not part of the build; after a release build into build/:
 //   g++ -O2 -std=c++20 -Isrc -o /tmp/probe_matrices tools/bench/probe_matrices.cpp
 //       build/libnemotron_kernels.a build/libnemotron_base.a -lfmt -fopenmp   (one command)
@@ -25,7 +25,7 @@
 #include "base/memory.h"
 #include "base/threads.h"
 #include "kernels/linear.h"
-#include "kernels/ops.h"
+#include "kernels/peak.h"
 
 using namespace nemo;
 using namespace nemo::kernels;
@@ -79,27 +79,6 @@ PackedWeight make(Fmt f, int64_t rows, int64_t cols, Arith arith, std::mt19937& 
   return w;
 }
 
-// bench --membw's probe (cmd_bench.cpp): the dot over a 1 GiB buffer, best of 3, GB/s.
-double read_bandwidth(const ThreadConfig& tc) {
-  const size_t n = (size_t(1) << 30) / sizeof(float);
-  Buffer<float> buf(n);
-  for (size_t i = 0; i < n; i += 1024) buf[i] = float(i);
-  const int64_t blocks = int64_t(n / 4096);
-  double best = 0, sink = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<double> part(size_t(blocks), 0.0);
-    const double t0 = now();
-    parallel_for(tc, blocks, 1, [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k)
-        part[size_t(k)] = double(dot(buf.data() + k * 4096, buf.data() + k * 4096, 4096));
-    });
-    best = std::max(best, double(n * sizeof(float)) / (now() - t0) / 1e9);
-    sink += part[0];
-  }
-  if (sink < 0) std::printf(" ");
-  return best;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -139,7 +118,8 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> nd;
   for (size_t i = 0; i < x.size(); ++i) x[i] = nd(g);
   std::printf("threads %d, %s, %lld row(s), %s kernels: membw %.1f GB/s\n", tc.n_threads,
-              arith_name(arith), (long long)rows, isa_name(active_isa()), read_bandwidth(tc));
+              arith_name(arith), (long long)rows, isa_name(active_isa()),
+              measure_read_bandwidth(tc));
   // Each kind: `reps` rounds of up to 24 calls, each on a random copy other than the last one;
   // the first round is not counted.
   for (size_t i = 0; i < kinds.size(); ++i) {
