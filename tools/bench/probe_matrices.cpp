@@ -11,7 +11,13 @@
 // Not part of the build; after a release build into build/:
 //   g++ -O2 -std=c++20 -Isrc -o /tmp/probe_matrices tools/bench/probe_matrices.cpp
 //       build/libnemotron_kernels.a build/libnemotron_base.a -lfmt -fopenmp   (one command)
-//   /tmp/probe_matrices 2 bf16     # THREADS ARITH [REPS [ROWS]]
+//   /tmp/probe_matrices 2 bf16     # THREADS ARITH [REPS [ROWS [MODE [N]]]]
+// Two more MODEs (docs/PERFORMANCE.md, "Zen 5, afternoon: starts, tails, and two threads at eight
+// rows"), on in_proj's and the experts' copies only:
+//   /tmp/probe_matrices 1 bf16 40 1 starts   # a range call's start: whole ranges against N pieces
+//                                            # (in_proj 64, an expert's up 8) in order / jumping
+//   /tmp/probe_matrices 2 bf16 8 8 halves 256  # two threads over in_proj: halves in one call,
+//                                              # halves in N-output pieces, pieces interleaved
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -20,6 +26,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/memory.h"
@@ -79,6 +87,83 @@ PackedWeight make(Fmt f, int64_t rows, int64_t cols, Arith arith, std::mt19937& 
   return w;
 }
 
+// MODE starts: on this thread, each call on a random copy, one of three ways in turn: the whole
+// range in one linear_range call; in `pieces` calls in order; in `pieces` calls even pieces first,
+// then odd ones (each start away from where the last call read). Prints the extra microseconds
+// per start of either order against the whole range.
+int starts(const std::vector<PackedWeight>& in_proj, const std::vector<PackedWeight>& experts,
+           const float* x, float* y, int reps, std::mt19937& g) {
+  for (const auto& [mats, pieces, name] :
+       {std::tuple{&in_proj, 64, "in_proj fp8"}, std::tuple{&experts, 8, "expert up nvfp4"}}) {
+    double t[3] = {0, 0, 0};
+    int64_t calls = 0;
+    for (int r = 0; r < reps; ++r)
+      for (int u = 0; u < 24; ++u)
+        for (int way = 0; way < 3; ++way) {
+          const PackedWeight& w = (*mats)[size_t(g() % mats->size())];
+          const auto piece = [&](int p) {
+            const int64_t o0 = w.rows * p / pieces / 16 * 16,
+                          o1 = p + 1 == pieces ? w.rows : w.rows * (p + 1) / pieces / 16 * 16;
+            linear_range(w, x, 1, w.cols, y, w.rows, o0, o1, active_isa());
+          };
+          const double t0 = now();
+          if (way == 0) linear_range(w, x, 1, w.cols, y, w.rows, 0, w.rows, active_isa());
+          for (int p = 0; way > 0 && p < pieces; ++p)
+            piece(way == 1 ? p : p < pieces / 2 ? 2 * p : 2 * (p - pieces / 2) + 1);
+          if (r > 0) t[way] += now() - t0, calls += way == 0;
+        }
+    const double per = 1e6 / double(calls);
+    std::printf("%-16s whole %8.1f us/call; %d pieces: +%.2f us a start in order, +%.2f jumping\n",
+                name, t[0] * per, pieces, (t[1] - t[0]) * per / (pieces - 1),
+                (t[2] - t[0]) * per / (pieces - 1));
+  }
+  return 0;
+}
+
+// MODE halves: two threads over in_proj's copies in turn, `rows` rows: each thread half the
+// outputs in one call; each half in `block`-output calls; or the threads taking alternate
+// `block`-output calls (both reading the same region). Prints GB/s for each.
+int halves(const std::vector<PackedWeight>& in_proj, const float* x, int64_t rows, float* y,
+           int reps, int64_t block) {
+  const int64_t outs = in_proj[0].rows, K = in_proj[0].cols, nb = (outs + block - 1) / block;
+  double t[3] = {0, 0, 0}, bytes = 0;
+  for (int r = 0; r < reps; ++r)
+    for (int way = 0; way < 3; ++way) {
+      const double t0 = now();
+      for (const PackedWeight& w : in_proj) {
+        struct Ctx {
+          const PackedWeight* w;
+          const float* x;
+          float* y;
+          int64_t rows, block, nb;
+          int way;
+        } ctx{&w, x, y, rows, block, nb, way};
+        ThreadPool::instance().run(
+            2, 2,
+            [](void* p, int64_t half) {
+              const Ctx& c = *static_cast<const Ctx*>(p);
+              const int64_t O = c.w->rows, mid = c.nb / 2 * c.block;
+              const auto call = [&](int64_t o0, int64_t o1) {
+                linear_range(*c.w, c.x, c.rows, c.w->cols, c.y, O, o0, std::min(O, o1),
+                             active_isa());
+              };
+              if (c.way == 0) return half == 0 ? call(0, mid) : call(mid, O);
+              for (int64_t b = 0; b < c.nb; ++b)
+                if (c.way == 1 ? (b < c.nb / 2) == (half == 0) : b % 2 == half)
+                  call(b * c.block, (b + 1) * c.block);
+            },
+            &ctx);
+      }
+      if (r > 0) t[way] += now() - t0, bytes += way == 0 ? double(in_proj.size() * outs * K) : 0;
+    }
+  std::printf(
+      "%lld rows, %lld-output pieces: halves %.1f GB/s, halves in pieces %.1f GB/s, "
+      "interleaved pieces %.1f GB/s\n",
+      (long long)rows, (long long)block, bytes / t[0] / 1e9, bytes / t[1] / 1e9,
+      bytes / t[2] / 1e9);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,6 +175,11 @@ int main(int argc, char** argv) {
   const Arith arith = parse_arith(argv[2], "ARITH");
   const int reps = argc > 3 ? std::max(2, std::atoi(argv[3])) : 6;
   const int64_t rows = argc > 4 ? std::clamp<int64_t>(std::atoll(argv[4]), 1, 16) : 1;
+  const std::string mode = argc > 5 ? argv[5] : "matrices";
+  if (mode != "matrices" && mode != "starts" && mode != "halves") {
+    std::fprintf(stderr, "MODE: matrices, starts or halves, not '%s'\n", mode.c_str());
+    return 2;
+  }
   std::mt19937 g(1);
   struct Kind {
     const char* name;
@@ -109,9 +199,12 @@ int main(int argc, char** argv) {
       {"shared down nvfp4", Fmt::Nvfp4, 2688, 3712, 23},
   };
   std::vector<std::vector<PackedWeight>> mats;
-  for (const Kind& k : kinds) {
+  constexpr size_t kInProj = 0, kExpertUp = 5;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const Kind& k = kinds[i];
     std::vector<PackedWeight> v;
-    for (int c = 0; c < k.copies; ++c) v.push_back(make(k.fmt, k.out, k.in, arith, g));
+    if (mode == "matrices" || i == kInProj || i == kExpertUp)
+      for (int c = 0; c < k.copies; ++c) v.push_back(make(k.fmt, k.out, k.in, arith, g));
     mats.push_back(std::move(v));
   }
   Buffer<float> x(size_t(rows * 4096)), y(size_t(rows * 131072));
@@ -120,6 +213,10 @@ int main(int argc, char** argv) {
   std::printf("threads %d, %s, %lld row(s), %s kernels: membw %.1f GB/s\n", tc.n_threads,
               arith_name(arith), (long long)rows, isa_name(active_isa()),
               measure_read_bandwidth(tc));
+  if (mode == "starts") return starts(mats[kInProj], mats[kExpertUp], x.data(), y.data(), reps, g);
+  if (mode == "halves")
+    return halves(mats[kInProj], x.data(), rows, y.data(), reps,
+                  argc > 6 ? std::max<int64_t>(16, std::atoll(argv[6])) : 256);
   // Each kind: `reps` rounds of up to 24 calls, each on a random copy other than the last one;
   // the first round is not counted.
   for (size_t i = 0; i < kinds.size(); ++i) {
