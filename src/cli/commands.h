@@ -40,7 +40,8 @@ std::vector<int> int_list(const std::string& s);  // after int_list_range accept
 void add_arith_option(CLI::App* s, std::string& arith);
 // Its value, with a note on stderr where bf16 has no fast kernel on this CPU.
 kernels::Arith arith_of(const std::string& arith);
-// "NVFP4/FP8 layers: f32 activations" or "... bf16 activations (<kernel> kernel)", for banners.
+// "NVFP4/FP8/bf16 layers: f32 activations" or "... bf16 activations (<kernel> kernel)", for
+// banners.
 std::string arith_summary(const std::string& arith);
 CLI::Validator threads_range();  // 0 (all cores) .. 1024
 

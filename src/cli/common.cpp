@@ -185,30 +185,32 @@ kernels::Arith arith_of(const std::string& arith) {
   const std::string kernel = kernels::bf16_kernel_name(isa);
   if (!kernel.starts_with("avx512_bf16") && isa == kernels::Isa::Avx512 &&
       kernels::cpu_has_avx512_bf16())
+    std::fprintf(stderr,
+                 "warning: --arith bf16: this CPU's VDPBF16PS does not give the defined sums (the "
+                 "self-check failed; please report the CPU), so NVFP4, FP8 and bf16 layers run the "
+                 "AVX2 kernel "
+                 "(same results, slower)\n");
+  else if (kernel == "reference")
     std::fprintf(
         stderr,
-        "warning: --arith bf16: this CPU's VDPBF16PS does not give the defined sums (the "
-        "self-check failed; please report the CPU), so NVFP4 and FP8 layers run the AVX2 kernel "
-        "(same results, slower)\n");
-  else if (kernel == "reference")
-    std::fprintf(stderr,
-                 "note: --arith bf16: this CPU has no AVX2, so NVFP4 and FP8 layers run the scalar "
-                 "reference kernel (same results, many times slower)\n");
+        "note: --arith bf16: this CPU has no AVX2, so NVFP4, FP8 and bf16 layers run the scalar "
+        "reference kernel (same results, many times slower)\n");
   return a;
 }
 
 std::string arith_summary(const std::string& arith) {
   if (kernels::parse_arith(arith) == kernels::Arith::F32)
-    return "NVFP4/FP8 layers: f32 activations";
-  return fmt::format("NVFP4/FP8 layers: bf16 activations ({} kernel)",
+    return "NVFP4/FP8/bf16 layers: f32 activations";
+  return fmt::format("NVFP4/FP8/bf16 layers: bf16 activations ({} kernel)",
                      kernels::bf16_kernel_name(kernels::active_isa()));
 }
 
 void add_arith_option(CLI::App* s, std::string& arith) {
   s->add_option(
        "--arith", arith,
-       "NVFP4 and FP8 layers' activations: f32 (as computed) | bf16 (rounded to bf16 first, as "
-       "GPU W4A16/W8A16 kernels take them; the AVX512_BF16 kernels where the CPU has them)")
+       "NVFP4, FP8 and bf16 layers' activations (not a MoE router's): f32 (as computed) | bf16 "
+       "(rounded to bf16 first, as GPU W4A16/W8A16 kernels and bf16 GEMMs take them; the "
+       "AVX512_BF16 kernels where the CPU has them)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
 }

@@ -94,6 +94,16 @@ bool bf16_kernel_verified() {
   return ok;
 }
 
+namespace detail {
+// Apart from bf16_kernel_verified: the dense kernel also rests on the instruction's handling of
+// tiny values (linear_dense.cpp), which another CPU might not share; the NVFP4 and FP8 kernels
+// never meet them, so they keep the instruction either way.
+bool dense_bf16_verified() {
+  static const bool ok = bf16_kernel_verified() && dense_bf16_kernel_self_check();
+  return ok;
+}
+}  // namespace detail
+
 bool cpu_splits_512bit_ops() {
   static const bool split = [] {
     __builtin_cpu_init();
@@ -138,6 +148,8 @@ void set_wide_blocking(WideBlocking b) {
 }
 
 const char* bf16_kernel_name(Isa isa) {
+  if (isa >= Isa::Avx512 && bf16_kernel_verified() && !detail::dense_bf16_verified())
+    return "avx512_bf16 (bf16 weights: avx2)";
   if (isa >= Isa::Avx512 && bf16_kernel_verified())
     return cpu_splits_512bit_ops() ? "avx512_bf16 (NVFP4 1-4 rows in 256-bit blocks)"
            : cpu_is_intel()        ? "avx512_bf16"
@@ -300,8 +312,12 @@ RangeFn select_range_fn(const PackedWeight& w, Isa isa) {  // (bf16_kernel_name 
       return avx512_bf16        ? range_fp8_bf16_avx512
              : isa >= Isa::Avx2 ? range_fp8_bf16_avx2
                                 : range_fp8_bf16_ref;
+    case WeightFormat::BF16:
+      return avx512_bf16 && dense_bf16_verified() ? range_dense_bf16_avx512
+             : isa >= Isa::Avx2                   ? range_dense_bf16_avx2
+                                                  : range_dense_bf16_ref;
     default:
-      fail("linear: bf16 activations are implemented for nvfp4 and fp8 weights only, not {}",
+      fail("linear: bf16 activations are implemented for nvfp4, fp8 and bf16 weights only, not {}",
            weight_format_name(w.format));
   }
 }

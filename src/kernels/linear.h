@@ -27,9 +27,9 @@ enum class WeightFormat : uint8_t {
 const char* weight_format_name(WeightFormat f);
 
 // The arithmetic of a product. F32: the activations as given (every format). Bf16: each
-// activation rounded to bf16 first (round_activation_bf16), as GPU W4A16 / W8A16 kernels take
-// them, and the sums in the order of the formats' bf16 sections (NVFP4 and FP8 only;
-// docs/FORMATS.md §2.1).
+// activation rounded to bf16 first (round_activation_bf16), as GPU W4A16 / W8A16 kernels and bf16
+// GEMMs take them, and the sums in the order of the formats' bf16 sections (NVFP4, FP8 and bf16
+// weights only; docs/FORMATS.md §2.1).
 enum class Arith : uint8_t { F32, Bf16 };
 const char* arith_name(Arith a);
 // "f32" | "bf16"; anything else fails naming `option` (the command-line flag).
@@ -50,7 +50,7 @@ struct PackedWeight {
   float scale = 1.0f;            // NVFP4: weight_scale_2; FP8: weight_scale
   int64_t group = 0;             // AFFINE*: group size; NVFP4: 16
   float input_scale = 0.0f;      // FP8: > 0 emulates static W8A8 activation quantisation
-  Arith arith = Arith::F32;      // Bf16: NVFP4 and FP8 only (others fail)
+  Arith arith = Arith::F32;      // Bf16: NVFP4, FP8 and BF16 only (others fail)
   int64_t bytes() const;         // resident bytes of data + scales + biases
 };
 
@@ -99,8 +99,9 @@ WideBlocking wide_blocking();
 // Tests: run the wide passes with another blocking (k_chunk rounded down to a multiple of 16);
 // k_chunk <= 0 restores the caches'. Process-wide, like set_active_isa.
 void set_wide_blocking(WideBlocking b);
-// Which kernels Arith::Bf16's NVFP4 and FP8 products run at `isa`: "avx512_bf16" (with a note on
-// Zen 4, cpu_splits_512bit_ops), "avx2" or "reference".
+// Which kernels Arith::Bf16's NVFP4, FP8 and bf16 products run at `isa`: "avx512_bf16" (with a
+// note on Zen 4, cpu_splits_512bit_ops), "avx2" or "reference". (bf16 weights take the AVX2
+// kernel where the instruction failed their own self-check, detail::dense_bf16_verified.)
 const char* bf16_kernel_name(Isa isa);
 
 // y[r * y_stride + o] for r < n_rows, o < w.rows. Threads split o.

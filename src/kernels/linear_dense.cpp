@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "base/numeric.h"
+#include "base/random.h"
 #include "kernels/linear_impl.h"
 #include "kernels/linear_packed.h"
 
@@ -256,6 +258,188 @@ void range_dense_avx512_wide(const PackedWeight& w, const float* x, int64_t n_ro
                              int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
                              int64_t o_end) {
   range_dense_avx512_from<32>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+}
+
+// ---- bf16 weights with bf16 activations (Arith::Bf16) ----
+// The order of FP8's bf16 section (linear_fp8.cpp; docs/FORMATS.md §2.1) with w'[k] = the bf16
+// weight and post = 1: x~[k] = round_activation_bf16(x[k]); each 32-weight chunk in k order, lane
+// l (0..15) doing
+//   acc[l] = step(w'[k0 + 2l + 1], x~[k0 + 2l + 1], acc[l]);
+//   acc[l] = step(w'[k0 + 2l],     x~[k0 + 2l],     acc[l]);
+// which is VDPBF16PS on words in k order; then v[l] = acc[l] + acc[l + 8], s = hsum8_fixed(v),
+// t = an fma chain over the tail [K32, K) of the weights as stored, y = (s + t) * 1.
+// Unlike E4M3 and NVFP4 weights, a bf16 weight can be tiny (|w| < 2^-26 makes w * x~ subnormal
+// for some x~), so the chunks follow what the instruction does with tiny values (AMD Zen 5,
+// tools/bench/probe_vdpbf16ps.cpp): a subnormal weight counts as a zero of its sign, and each
+// step is one fma whose result, when nonzero and below 2^-126 in magnitude, becomes +0 (a
+// subnormal product inside a normal sum is kept: the step is fused). The accumulators start at +0
+// and never hold -0. dense_bf16_kernel_self_check tests exactly these cases on the CPU at hand;
+// a CPU that does otherwise runs the AVX2 kernel below, which applies the same rules by hand.
+namespace {
+
+inline float daz_bf16_weight(float w) {
+  return std::fabs(w) < 0x1p-126f ? std::copysign(0.0f, w) : w;
+}
+inline float bf16_step(float w, float x, float acc) {
+  const float v = std::fma(w, x, acc);
+  return v != 0.0f && std::fabs(v) < 0x1p-126f ? 0.0f : v;
+}
+
+}  // namespace
+
+void range_dense_bf16_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                          float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
+  const int64_t K = w.cols, K32 = K - K % 32;
+  const std::vector<float> xr = packed::rounded_rows_bf16(x, n_rows, x_stride, K);
+  std::vector<float> wr(size_t(std::max<int64_t>(1, K)));
+  for (int64_t o = o_begin; o < o_end; ++o) {
+    for (int64_t k = 0; k < K; ++k) wr[size_t(k)] = load_w(w, o * K + k);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const float* xk = xr.data() + r * K;
+      float acc[16] = {};
+      for (int64_t k0 = 0; k0 < K32; k0 += 32)
+        for (int l = 0; l < 16; ++l)
+          for (const int64_t k : {k0 + 2 * l + 1, k0 + 2 * l})
+            acc[l] = bf16_step(daz_bf16_weight(wr[size_t(k)]), xk[k], acc[l]);
+      float v[8];
+      for (int l = 0; l < 8; ++l) v[l] = acc[l] + acc[l + 8];
+      float t = 0.0f;
+      for (int64_t k = K32; k < K; ++k) t = std::fma(wr[size_t(k)], xk[k], t);
+      y[r * y_stride + o] = (hsum8_fixed(v) + t) * 1.0f;
+    }
+  }
+}
+
+// AVX-512 with AVX512_BF16: the packed formats' bf16 tiles (packed::range_bf16_z) over the
+// weights as they are stored: a chunk is one 64-byte load, no decode.
+namespace {
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c")
+
+struct DenseBf16Z {
+  using Ref = DenseRows<WeightFormat::BF16>;
+  static constexpr int64_t kPrefetchK = 32;  // a cache line of weights
+  // As FP8's (linear_fp8.cpp): the next tile into L2, which leaves L1 to the activations.
+  static constexpr auto kPrefetchOneRow = packed::TilePrefetch::kNextTileL2;
+  static constexpr auto kPrefetchRows = packed::TilePrefetch::kNextTileL2;
+  static constexpr bool kFinishInRegisters = false;
+  struct Cursor {
+    const uint16_t* words;
+    int64_t K;
+    void init(const PackedWeight& w, int64_t o) {
+      K = w.cols;
+      words = static_cast<const uint16_t*>(w.data) + o * K;
+    }
+    __m512i decode(int64_t k0) const { return _mm512_loadu_si512(words + k0); }
+    template <int O, bool L2>
+    void prefetch_next_tile(int64_t step) const {
+      packed::prefetch_lines<O, L2>(words + O * K, step);  // 2 O K bytes over K / 32 steps
+    }
+  };
+  static void round_row(const float* x, int64_t K, uint16_t* words, float* tail) {
+    packed::round_row_bf16_kord(x, K, words, tail);
+  }
+  static int64_t group(int64_t n_rows, int64_t K) {
+    return n_rows <= 8 || 16 * K <= 32 * 1024 ? 8 : 4;
+  }
+};
+
+#pragma GCC pop_options
+
+}  // namespace
+
+void range_dense_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_rows,
+                             int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
+                             int64_t o_end) {
+  packed::range_bf16_z<DenseBf16Z>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+}
+
+// AVX2: the rules above by hand, around FP8's pair layout (packed::range_bf16_pairs): a half
+// chunk's 16 words are 8 dwords whose high words are its odd elements and low words its even
+// ones; a subnormal weight keeps only its sign; after each FMA a nonzero result below 2^-126
+// becomes +0 (three more instructions an FMA: this path serves CPUs without AVX512_BF16).
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+namespace {
+
+inline __m256 daz_words_avx2(__m256i v) {  // a weight with a zero exponent: its sign only
+  const __m256i exp_zero = _mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7F800000)),
+                                              _mm256_setzero_si256());
+  return _mm256_castsi256_ps(_mm256_andnot_si256(
+      _mm256_andnot_si256(_mm256_set1_epi32(int32_t(0x80000000u)), exp_zero), v));
+}
+inline void half_dense_bf16_avx2(const uint16_t* p, __m256& w_odd, __m256& w_even) {
+  const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  w_odd = daz_words_avx2(_mm256_and_si256(d, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
+  w_even = daz_words_avx2(_mm256_slli_epi32(d, 16));
+}
+inline __m256 step_avx2(__m256 w, __m256 x, __m256 acc) {
+  const __m256 v = _mm256_fmadd_ps(w, x, acc);
+  const __m256 tiny =
+      _mm256_cmp_ps(_mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))),
+                    _mm256_set1_ps(0x1p-126f), _CMP_LT_OQ);
+  return _mm256_andnot_ps(tiny, v);  // +-0 and tiny -> +0 (the accumulators never hold -0)
+}
+
+struct DenseBf16Avx2 {
+  using Ref = DenseRows<WeightFormat::BF16>;
+  static constexpr int64_t kWeightBytes = 2;
+  static void half(const uint8_t* row, int64_t k, __m256& w_odd, __m256& w_even) {
+    half_dense_bf16_avx2(reinterpret_cast<const uint16_t*>(row) + k, w_odd, w_even);
+  }
+  static __m256 step(__m256 w, __m256 x, __m256 acc) { return step_avx2(w, x, acc); }
+};
+
+}  // namespace
+
+void range_dense_bf16_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                           float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
+  packed::range_bf16_pairs<packed::KordBf16Pairs<DenseBf16Avx2>>(w, x, n_rows, x_stride, y,
+                                                                 y_stride, o_begin, o_end);
+}
+
+#pragma GCC pop_options
+
+// The AVX512_BF16 kernel against the reference, bitwise, at 1-9 rows of 48 outputs x 96 columns:
+// random bf16 weights over 2^-40..2^8 with zeros and subnormals of both signs, activations as the
+// other formats' self-checks take them, and outputs built so that each rule above decides a
+// result of the first row.
+bool dense_bf16_kernel_self_check() {
+  constexpr int64_t kOut = 48, kCols = 96, kRows = 9;
+  Rng rng(0xbf16);
+  std::vector<uint16_t> words(size_t(kOut * kCols));
+  for (size_t i = 0; i < words.size(); ++i) {
+    const uint64_t r = rng.next();
+    const uint16_t sign = (r & 1) ? 0x8000 : 0;
+    words[i] = i % 29 == 7 ? uint16_t(sign | ((r >> 8) & 0x7F))  // zero or subnormal
+               : i % 31 == 9
+                   ? uint16_t(sign | 0x0A80)  // 2^-106: tiny products
+                   : uint16_t(sign | (uint16_t(87 + (r >> 8) % 48) << 7) | ((r >> 20) & 0x7F));
+  }
+  std::vector<float> x(size_t(kRows * kCols));
+  packed::self_check_activations([&] { return rng.next(); }, x.data(), int64_t(x.size()));
+  // Outputs 0-4 hold only these weights, so that row 0's sums show each rule (x~ = 1 elsewhere
+  // in the first chunk): a lane's sum of +-2^-127 (1.5 * 2^-126 - 2^-126; +0), a subnormal weight
+  // against 2^100 (0), a product 2^-60 * 2^-70 alone (+0), and 2^-120 then 2^-40 * 2^-100 (kept).
+  const auto only = [&](int64_t o, std::initializer_list<std::pair<int, uint16_t>> ws) {
+    std::fill_n(words.begin() + o * kCols, kCols, uint16_t(0));
+    for (auto [k, v] : ws) words[size_t(o * kCols + k)] = v;
+  };
+  only(0, {{1, 0x00C0}, {0, 0x8080}});
+  only(1, {{5, 0x0001}});
+  only(2, {{7, 67 << 7}});
+  only(3, {{3, 7 << 7}, {2, 87 << 7}});
+  only(4, {{1, 0x80C0}, {0, 0x0080}});
+  for (int k = 0; k < 32; ++k) x[size_t(k)] = 1.0f;
+  x[5] = 0x1p100f, x[7] = 0x1p-70f, x[2] = 0x1p-100f;
+  PackedWeight w{.format = WeightFormat::BF16,
+                 .rows = kOut,
+                 .cols = kCols,
+                 .data = words.data(),
+                 .arith = Arith::Bf16};
+  return packed::self_check_rows(w, x.data(), kRows, range_dense_bf16_ref, range_dense_bf16_avx512);
 }
 
 }  // namespace nemo::kernels::detail

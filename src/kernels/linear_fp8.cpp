@@ -146,11 +146,8 @@ void range_fp8_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64
 void range_fp8_bf16_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                         float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
   const int64_t K = w.cols, K32 = K - K % 32;
-  std::vector<float> xr(size_t(std::max<int64_t>(1, n_rows * K))),
-      wr(size_t(std::max<int64_t>(1, K)));
-  for (int64_t r = 0; r < n_rows; ++r)
-    for (int64_t k = 0; k < K; ++k)
-      xr[size_t(r * K + k)] = round_activation_bf16(x[r * x_stride + k]);
+  const std::vector<float> xr = packed::rounded_rows_bf16(x, n_rows, x_stride, K);
+  std::vector<float> wr(size_t(std::max<int64_t>(1, K)));
   Fp8Ref d;
   d.init(w);
   for (int64_t o = o_begin; o < o_end; ++o) {
@@ -274,69 +271,21 @@ inline void half_fp8_bf16_avx2(const uint8_t* p, __m256& w_odd, __m256& w_even) 
   w_even = _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(_mm_unpackhi_epi8(zero, b), 1), keep));
 }
 
-template <int R, int O>
-[[gnu::noinline]] void tile_fp8_bf16_avx2(const PackedWeight& w, const float* xl, float* y,
-                                          int64_t ys, int64_t o) {
-  const int64_t K = w.cols, K32 = K - K % 32;
-  const uint8_t* rp[O];
-#pragma GCC unroll 16
-  for (int j = 0; j < O; ++j) rp[j] = static_cast<const uint8_t*>(w.data) + (o + j) * K;
-  __m256 a[O][R], b[O][R];
-#pragma GCC unroll 16
-  for (int j = 0; j < O; ++j)
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) a[j][r] = b[j][r] = _mm256_setzero_ps();
-  for (int64_t k0 = 0; k0 < K32; k0 += 32)
-#pragma GCC unroll 16
-    for (int j = 0; j < O; ++j) {
-      if ((k0 & 63) == 0)
-        _mm_prefetch(reinterpret_cast<const char*>(rp[j] + O * K + k0), _MM_HINT_T0);
-      __m256 wo, we;
-      half_fp8_bf16_avx2(rp[j] + k0, wo, we);
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) {
-        const float* xr = xl + r * K + k0;
-        a[j][r] = _mm256_fmadd_ps(wo, _mm256_loadu_ps(xr), a[j][r]);
-        a[j][r] = _mm256_fmadd_ps(we, _mm256_loadu_ps(xr + 8), a[j][r]);
-      }
-      half_fp8_bf16_avx2(rp[j] + k0 + 16, wo, we);
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) {
-        const float* xr = xl + r * K + k0 + 16;
-        b[j][r] = _mm256_fmadd_ps(wo, _mm256_loadu_ps(xr), b[j][r]);
-        b[j][r] = _mm256_fmadd_ps(we, _mm256_loadu_ps(xr + 8), b[j][r]);
-      }
-    }
-  Fp8Ref d;
-  d.init(w);
-#pragma GCC unroll 16
-  for (int j = 0; j < O; ++j) {
-    d.row(o + j);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      alignas(32) float v[8];
-      _mm256_store_ps(v, _mm256_add_ps(a[j][r], b[j][r]));
-      float t = 0.0f;
-      for (int64_t k = K32; k < K; ++k) t = std::fma(d.at(k), xl[r * K + k], t);
-      y[r * ys + o + j] = (hsum8_fixed(v) + t) * d.post();
-    }
+struct Fp8Bf16Avx2 {
+  using Ref = Fp8Ref;
+  static constexpr int64_t kWeightBytes = 1;
+  static void half(const uint8_t* row, int64_t k, __m256& w_odd, __m256& w_even) {
+    half_fp8_bf16_avx2(row + k, w_odd, w_even);
   }
-}
-
-struct Fp8Bf16Pairs {
-  static constexpr int pair_even(int p) { return 2 * p; }  // words in k order
-  static constexpr int kPairApart = 1;
-  template <int R, int O>
-  static void tile(const PackedWeight& w, const float* xl, float* y, int64_t ys, int64_t o) {
-    tile_fp8_bf16_avx2<R, O>(w, xl, y, ys, o);
-  }
+  static __m256 step(__m256 w, __m256 x, __m256 acc) { return _mm256_fmadd_ps(w, x, acc); }
 };
 
 }  // namespace
 
 void range_fp8_bf16_avx2(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                          float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  packed::range_bf16_pairs<Fp8Bf16Pairs>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  packed::range_bf16_pairs<packed::KordBf16Pairs<Fp8Bf16Avx2>>(w, x, n_rows, x_stride, y, y_stride,
+                                                               o_begin, o_end);
 }
 
 #pragma GCC pop_options

@@ -20,6 +20,16 @@ void range_dense_avx512(const PackedWeight&, const float*, int64_t, int64_t, flo
 void range_dense_avx512_wide(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                              int64_t, int64_t);
 void dequantize_row_dense(const PackedWeight& w, int64_t o, float* out);
+// bf16 weights with Arith::Bf16 (VDPBF16PS's order and its handling of tiny values).
+void range_dense_bf16_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
+                          int64_t, int64_t);
+void range_dense_bf16_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
+                           int64_t, int64_t);
+void range_dense_bf16_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
+                             int64_t, int64_t);
+// The AVX512_BF16 kernel gave the reference's bits (run once per process: dense_bf16_verified).
+bool dense_bf16_kernel_self_check();
+bool dense_bf16_verified();  // bf16_kernel_verified() and dense_bf16_kernel_self_check(), once
 
 // Packed formats (linear_nvfp4.cpp, linear_fp8.cpp, linear_affine.cpp; canonical order in
 // linear_packed.h). AFFINE covers AFFINE4 and AFFINE8.

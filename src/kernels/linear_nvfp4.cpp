@@ -288,11 +288,8 @@ static_assert([] {
 void range_nvfp4_bf16_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                           float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
   const int64_t K = w.cols, K32 = K - K % 32;
-  std::vector<float> xr(size_t(std::max<int64_t>(1, n_rows * K))),
-      wr(size_t(std::max<int64_t>(1, K)));
-  for (int64_t r = 0; r < n_rows; ++r)
-    for (int64_t k = 0; k < K; ++k)
-      xr[size_t(r * K + k)] = round_activation_bf16(x[r * x_stride + k]);
+  const std::vector<float> xr = packed::rounded_rows_bf16(x, n_rows, x_stride, K);
+  std::vector<float> wr(size_t(std::max<int64_t>(1, K)));
   Nvfp4Ref d;
   d.init(w);
   for (int64_t o = o_begin; o < o_end; ++o) {

@@ -268,6 +268,17 @@ inline void even_row_groups(int64_t n, int64_t most, F&& fn) {
   }
 }
 
+// The scalar references' x~ under Arith::Bf16: n_rows rows of K (stride K), each element
+// round_activation_bf16 of x's.
+inline std::vector<float> rounded_rows_bf16(const float* x, int64_t n_rows, int64_t x_stride,
+                                            int64_t K) {
+  std::vector<float> xr(size_t(std::max<int64_t>(1, n_rows * K)));
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int64_t k = 0; k < K; ++k)
+      xr[size_t(r * K + k)] = round_activation_bf16(x[r * x_stride + k]);
+  return xr;
+}
+
 // Arith::Bf16 on AVX2 (no VDPBF16PS): x~ of one row laid out so that an 8-lane f32 vector takes
 // the pairs (T::pair_even(p) + T::kPairApart, T::pair_even(p)) of 16 consecutive elements as two
 // FMAs: each chunk of 32 at k0 as [x~(k0 + odd(p)) for p < 8, x~(k0 + even(p)) for p < 8, the
@@ -987,6 +998,76 @@ void range_bf16_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
   }
 }
 
+#pragma GCC pop_options
+
+// The AVX2 tile of the formats whose words are in k order (FP8, bf16; NVFP4 has its own): R rows
+// x O outputs over activations laid out by lay_row_bf16_pairs<T> with pair_even(p) = 2p. Each
+// 16-weight half of a chunk is two 8-lane vectors, its odd elements' weights then its even ones'
+// (T::half(row, k, odd, even), row = output row's first byte), each taken into the lanes by
+// T::step(w, x~, acc) (a fused multiply-add, and for bf16 weights the instruction's flush);
+// the next tile's bytes prefetched a line per 64 bytes; the finish and the tail [K32, K) from
+// T::Ref, as the reference's.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+template <class T, int R, int O>
+[[gnu::noinline]] void tile_kord_bf16_avx2(const PackedWeight& w, const float* xl, float* y,
+                                           int64_t ys, int64_t o) {
+  constexpr int64_t es = T::kWeightBytes;
+  const int64_t K = w.cols, K32 = K - K % 32;
+  const uint8_t* rp[O];
+#pragma GCC unroll 16
+  for (int j = 0; j < O; ++j) rp[j] = static_cast<const uint8_t*>(w.data) + (o + j) * K * es;
+  __m256 a[O][R], b[O][R];
+#pragma GCC unroll 16
+  for (int j = 0; j < O; ++j)
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) a[j][r] = b[j][r] = _mm256_setzero_ps();
+  for (int64_t k0 = 0; k0 < K32; k0 += 32)
+#pragma GCC unroll 16
+    for (int j = 0; j < O; ++j) {
+      if (((k0 * es) & 63) == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(rp[j] + (O * K + k0) * es), _MM_HINT_T0);
+      __m256 wo, we;
+      T::half(rp[j], k0, wo, we);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const float* xr = xl + r * K + k0;
+        a[j][r] = T::step(wo, _mm256_loadu_ps(xr), a[j][r]);
+        a[j][r] = T::step(we, _mm256_loadu_ps(xr + 8), a[j][r]);
+      }
+      T::half(rp[j], k0 + 16, wo, we);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const float* xr = xl + r * K + k0 + 16;
+        b[j][r] = T::step(wo, _mm256_loadu_ps(xr), b[j][r]);
+        b[j][r] = T::step(we, _mm256_loadu_ps(xr + 8), b[j][r]);
+      }
+    }
+  typename T::Ref d;
+  d.init(w);
+#pragma GCC unroll 16
+  for (int j = 0; j < O; ++j) {
+    d.row(o + j);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      alignas(32) float v[8];
+      _mm256_store_ps(v, _mm256_add_ps(a[j][r], b[j][r]));
+      float t = 0.0f;
+      for (int64_t k = K32; k < K; ++k) t = std::fma(d.at(k), xl[r * K + k], t);
+      y[r * ys + o + j] = (hsum8_fixed(v) + t) * d.post();
+    }
+  }
+}
+// The T of range_bf16_pairs for such a format.
+template <class T>
+struct KordBf16Pairs {
+  static constexpr int pair_even(int p) { return 2 * p; }  // words in k order
+  static constexpr int kPairApart = 1;
+  template <int R, int O>
+  static void tile(const PackedWeight& w, const float* xl, float* y, int64_t ys, int64_t o) {
+    tile_kord_bf16_avx2<T, R, O>(w, xl, y, ys, o);
+  }
+};
 #pragma GCC pop_options
 
 // On AVX2: T::tile<R, O>(w, xl, y, ys, o) over rows laid out by lay_row_bf16_pairs<T> (stride K);

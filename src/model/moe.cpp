@@ -22,6 +22,9 @@ MoEWeights MoEWeights::bind(const WeightBinder& b, const layout::Block& L,
   MoEWeights w;
   const int64_t E = c.n_routed_experts;
   w.gate = b.linear(L.at(Role::Router));
+  // The router's logits in f32 whatever --arith says, as vLLM's GateLinear (force_fp32_compute)
+  // and HF compute them (nemotron_h.md §5.2): bf16 inputs could change which experts a row takes.
+  w.gate.arith = kernels::Arith::F32;
   w.correction_bias = b.values(L.at(Role::RouterBias));  // zeros when the checkpoint has none
   w.experts.reserve(size_t(E));
   for (int64_t e = 0; e < E; ++e)

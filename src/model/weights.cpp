@@ -56,6 +56,7 @@ Linear WeightBinder::bind_checked(const std::string& prefix, int64_t out, int64_
           break;
         case io::DType::BF16:
           w.format = kernels::WeightFormat::BF16;
+          w.arith = opt_.packed_arith;  // (a MoE router stays f32: MoEWeights::bind)
           break;
         case io::DType::F16:
           w.format = kernels::WeightFormat::F16;

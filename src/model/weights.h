@@ -28,12 +28,12 @@ struct LoadOptions {
   // instead of serving weights from the file mapping. Resident size is the file size either way
   // once every expert was routed to; unrouted experts are then read too.
   bool no_mmap = false;
-  // NVFP4 and FP8 layers' arithmetic (--arith): F32 (default: the activations as computed) or
-  // Bf16 (each activation rounded to bf16 first, as GPU W4A16 / W8A16 kernels take them;
-  // docs/FORMATS.md §2.1). One switch for the whole model, MTP head and drafter included, so
-  // every forward of a run (decode, verify, prefill) multiplies the same way and speculation
-  // stays lossless. FP8 layers under fp8_static_activations (W8A8), affine and 16-bit layers
-  // always take f32 activations.
+  // NVFP4, FP8 and bf16 layers' arithmetic (--arith): F32 (default: the activations as computed)
+  // or Bf16 (each activation rounded to bf16 first, as GPU W4A16 / W8A16 kernels and bf16 GEMMs
+  // take them; docs/FORMATS.md §2.1). One switch for the whole model, MTP head and drafter
+  // included, so every forward of a run (decode, verify, prefill) multiplies the same way and
+  // speculation stays lossless. MoE routers, FP8 layers under fp8_static_activations (W8A8),
+  // affine, f16 and f32 layers always take f32 activations.
   kernels::Arith packed_arith = kernels::Arith::F32;
 };
 

@@ -26,18 +26,19 @@ import sys
 # Tile families: (name pattern, instantiations expected in a release build, prefetch required).
 FAMILIES = {
     "tile_z": (r"packed::tile_z<", 84, True),  # 7 row counts x 2 widths x 6 decoders
-    # 8 row counts x 2 widths x 4 decoders: NVFP4 (select, shift, shift by scale words), FP8
-    "tile_bf16_z": (r"packed::tile_bf16_z<", 64, True),
+    # 8 row counts x 2 widths x 5 decoders: NVFP4 (select, shift, shift by scale words), FP8, bf16
+    "tile_bf16_z": (r"packed::tile_bf16_z<", 80, True),
     "tile_bf16_y": (r"packed::tile_bf16_y<", 8, True),  # 1-4 rows x 2 widths, NVFP4 (Zen 4)
     "tile_f32z": (r"packed::tile_f32z<", 24, False),  # wide passes, 1-6 rows x 1-4 outputs (L1)
     "tile_avx2": (r"::tile_avx2<", 6, False),  # dense AVX2: 3 formats x 1 or 4 rows
     "tile_bf16_avx2": (r"::tile_bf16_avx2<", 6, False),  # NVFP4 bf16 AVX2 (16 ymm)
-    "tile_fp8_bf16_avx2": (r"::tile_fp8_bf16_avx2<", 6, False),  # FP8 bf16 AVX2
+    # FP8 and dense bf16 with bf16 activations on AVX2: 1-4 rows x 1-2 outputs, 2 formats
+    "tile_kord_bf16_avx2": (r"::tile_kord_bf16_avx2<", 12, False),
 }
 MAX_LOOP_STORES = 2  # a spilled register or two at 8 rows x 3 outputs
 # AVX2 has 16 ymm: the 2-row x 2-output pair tiles hold 8 accumulators plus the decode's
 # temporaries and spill some (no AVX2-only machine at hand to measure another shape on).
-KNOWN_SPILLS = {r"tile_bf16_avx2<2, 2>": 8, r"tile_fp8_bf16_avx2<2, 2>": 4,
+KNOWN_SPILLS = {r"tile_bf16_avx2<2, 2>": 8, r"Fp8Bf16Avx2, 2, 2>": 4, r"DenseBf16Avx2, 2, 2>": 4,
                 # AVX-512 f32 tiles of 6-7 rows x 4 outputs (24-28 accumulators) beside the
                 # decode's registers; faster than the 4-row groups they replace all the same
                 # (Zen 4, docs/PERFORMANCE.md, 2026-12-05: 7 rows NVFP4 1.06-1.11x, FP8 1.18-1.21x).

@@ -593,20 +593,56 @@ float rne8(float x) {
              : float(v);
 }
 
-// make_nvfp4 or make_fp8 (every code but NaN: zeros and subnormals in most 32-weight chunks,
-// none in some) with Arith::Bf16.
+// bf16 weights over +-2^-9..2^3, with zeros and subnormals of both signs (every 41st) and weights
+// of 2^-106..2^-105 (every 43rd, whose products fall below 2^-126 for |x~| < 2^-20).
+std::unique_ptr<Case> make_dense_bf16(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 g(seed);
+  auto c = std::make_unique<Case>();
+  c->name = "bf16 " + std::to_string(rows) + "x" + std::to_string(cols);
+  c->data.resize(static_cast<size_t>(2 * rows * cols));
+  c->kernel_w.resize(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < c->kernel_w.size(); ++i) {
+    const uint32_t r = g();
+    const uint16_t sign = (r & 1) ? 0x8000 : 0;
+    const uint16_t b =
+        i % 41 == 5 ? uint16_t(sign | ((r >> 4) & 0x7F))
+        : i % 43 == 7
+            ? uint16_t(sign | 0x0A80 | ((r >> 4) & 0x7F))
+            : f32_to_bf16(std::ldexp(1.0f + float((r >> 8) & 0xFF) / 256, int((r >> 16) % 13) - 9) *
+                          (sign ? -1.0f : 1.0f));
+    std::memcpy(&c->data[2 * i], &b, 2);
+    c->kernel_w[i] = bf16_to_f32(b);
+  }
+  c->w = {WeightFormat::BF16, rows, cols, c->data.data(), nullptr, nullptr, 1.0f, 0};
+  return c;
+}
+
+// make_nvfp4, make_fp8 (every code but NaN: zeros and subnormals in most 32-weight chunks, none
+// in some) or make_dense_bf16, with Arith::Bf16.
 std::unique_ptr<Case> make_bf16(WeightFormat f, int64_t rows, int64_t cols, uint32_t seed) {
-  auto c = f == WeightFormat::NVFP4 ? make_nvfp4(rows, cols, seed) : make_fp8(rows, cols, seed);
+  auto c = f == WeightFormat::NVFP4  ? make_nvfp4(rows, cols, seed)
+           : f == WeightFormat::BF16 ? make_dense_bf16(rows, cols, seed)
+                                     : make_fp8(rows, cols, seed);
   c->w.arith = Arith::Bf16;
   return c;
 }
-constexpr WeightFormat kBf16Formats[] = {WeightFormat::NVFP4, WeightFormat::FP8_E4M3};
+constexpr WeightFormat kBf16Formats[] = {WeightFormat::NVFP4, WeightFormat::FP8_E4M3,
+                                         WeightFormat::BF16};
 
 // The order, written from its statement: in each 32-weight chunk, NVFP4's decoder holds 4 words
 // in each of its 8 qwords; qword j's words come from scale block j % 2, word i from position
-// 4 * i + j / 2 (so a lane's two words are 4 apart). FP8's words are in k order. Lane l sums words
-// 2l + 1 then 2l; lanes fold as (l, l + 8), then the fixed 8-lane sum.
+// 4 * i + j / 2 (so a lane's two words are 4 apart). FP8's and bf16's words are in k order. Lane
+// l sums words 2l + 1 then 2l; lanes fold as (l, l + 8), then the fixed 8-lane sum. bf16 weights
+// in the chunks: a subnormal one is a zero of its sign, and a lane's sum that lands strictly
+// between -2^-126 and 2^-126, zero aside, is +0 (VDPBF16PS; the other formats never get there).
 float by_definition(const Case& m, int64_t o, const std::vector<float>& xr, float post) {
+  const bool dense = m.w.format == WeightFormat::BF16;
+  const auto chunk_w = [&](float w) {
+    return dense && std::fpclassify(w) == FP_SUBNORMAL ? (std::signbit(w) ? -0.0f : 0.0f) : w;
+  };
+  const auto settle = [&](float v) {
+    return dense && std::fpclassify(v) == FP_SUBNORMAL ? 0.0f : v;
+  };
   const int64_t K = m.w.cols, K32 = K / 32 * 32;
   int element[32];
   for (int j = 0; j < 8; ++j)
@@ -618,7 +654,7 @@ float by_definition(const Case& m, int64_t o, const std::vector<float>& xr, floa
     for (int l = 0; l < 16; ++l)
       for (int word : {2 * l + 1, 2 * l}) {
         const int64_t k = c + element[word];
-        lane[l] = std::fma(m.kernel_w[size_t(o * K + k)], xr[size_t(k)], lane[l]);
+        lane[l] = settle(std::fma(chunk_w(m.kernel_w[size_t(o * K + k)]), xr[size_t(k)], lane[l]));
       }
   float v[8];
   for (int l = 0; l < 8; ++l) v[l] = lane[l] + lane[l + 8];
@@ -672,7 +708,7 @@ TEST(LinearBf16, ReferenceFollowsTheStatedOrder) {
         }
       }
     }
-  EXPECT_EQ(compared, 2 * (37 + 20 + 9 + 5) * (1 + 3 + 6));
+  EXPECT_EQ(compared, 3 * (37 + 20 + 9 + 5) * (1 + 3 + 6));
 }
 
 // Every AVX512_BF16 NVFP4 kernel, whichever this CPU selects: the 512-bit tiles, the tiles stepping
@@ -750,11 +786,59 @@ TEST(LinearBf16, EveryIsaEqualsTheReferenceAtEveryWidthThreadAndRange) {
   // A CPU with the instruction must pass the kernel's self-check (else the comparisons above ran
   // the reference against itself).
   EXPECT_EQ(bf16_kernel_verified(), cpu_has_avx512_bf16());
+  EXPECT_EQ(detail::dense_bf16_verified(), cpu_has_avx512_bf16());  // (so far every such CPU)
   std::printf("[ bf16 paths ] %s%s: %d comparisons\n", isa_name(detected_isa()),
               cpu_has_avx512_bf16() ? " with AVX512_BF16 (vdpbf16ps kernel)" : " (reference only)",
               compared);
   const int per_isa = 5 * (10 * 4 + (1 + 1 + 1 + 2 + 2 + 2 + 3 + 3 + 3 + 6));  // + rows 0, 3, ...
-  EXPECT_EQ(compared, 2 * per_isa * int(available_isas().size()));
+  EXPECT_EQ(compared, 3 * per_isa * int(available_isas().size()));
+}
+
+// bf16 weights' tiny values, by hand, on every path: one output per rule, 32 weights and
+// activations (0 and 1.0 unless listed), the expected y worked out from the rules (plain fmas
+// would give the value in the comment). A lane takes k = 1 first, then k = 0.
+TEST(LinearBf16, DenseTinyValuesFollowTheInstructionOnEveryPath) {
+  IsaGuard guard;
+  constexpr int64_t K = 32;
+  struct Rule {
+    const char* what;
+    std::vector<std::pair<int, float>> w, x;  // (k, value); weights 0 and x~ 1.0 elsewhere
+    float want;
+  };
+  const std::vector<Rule> rules = {
+      // 1.5 * 2^-126 - 2^-126 = 2^-127 is flushed (plain: 2^-127).
+      {"a lane's sum below 2^-126 becomes +0", {{1, 0x1.8p-126f}, {0, -0x1p-126f}}, {}, 0.0f},
+      // A subnormal weight is zero even against 2^100 (plain: 2^-30).
+      {"a subnormal weight counts as zero", {{1, 0x1p-130f}}, {{1, 0x1p100f}}, 0.0f},
+      // 2^-120, then the product 2^-40 * 2^-100 = 2^-140: subnormal, but the step is fused and
+      // its sum normal.
+      {"a tiny product inside a normal sum stays",
+       {{1, 0x1p-120f}, {0, 0x1p-40f}},
+       {{0, 0x1p-100f}},
+       0x1p-120f + 0x1p-140f},
+      // A product below 2^-126 alone is flushed: 2^-60 * 2^-70 (plain: 2^-130).
+      {"a tiny product alone becomes +0", {{1, 0x1p-60f}}, {{1, 0x1p-70f}}, 0.0f},
+      // Normal values are untouched: 3 * 2 + 5.
+      {"normal values", {{1, 3.0f}, {0, 5.0f}}, {{1, 2.0f}}, 11.0f},
+  };
+  std::vector<uint16_t> words(rules.size() * K, 0);
+  for (size_t o = 0; o < rules.size(); ++o)
+    for (auto [k, v] : rules[o].w) words[o * K + size_t(k)] = f32_to_bf16(v);
+  int checked = 0;
+  for (size_t o = 0; o < rules.size(); ++o) {
+    PackedWeight w{WeightFormat::BF16, 1, K, words.data() + o * K, nullptr, nullptr, 1.0f, 0};
+    w.arith = Arith::Bf16;
+    std::vector<float> x(K, 1.0f);
+    for (auto [k, v] : rules[o].x) x[size_t(k)] = v;
+    for (Isa isa : available_isas()) {
+      float y = -1.0f;
+      linear_range(w, x.data(), 1, K, &y, 1, 0, 1, isa);
+      EXPECT_EQ(std::bit_cast<uint32_t>(y), std::bit_cast<uint32_t>(rules[o].want))
+          << rules[o].what << " at " << isa_name(isa) << ": " << y;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, int(rules.size() * available_isas().size()));
 }
 
 TEST(LinearBf16, AccurateAgainstExactSums) {
@@ -789,15 +873,15 @@ TEST(LinearBf16, AccurateAgainstExactSums) {
 
 TEST(LinearBf16, OtherFormatsFailWithAClearError) {
   std::vector<uint8_t> data(64 * 32 * 2);
-  PackedWeight w{WeightFormat::BF16, 64, 32, data.data(), nullptr, nullptr, 1.0f, 0};
+  PackedWeight w{WeightFormat::F16, 64, 32, data.data(), nullptr, nullptr, 1.0f, 0};
   w.arith = Arith::Bf16;
   std::vector<float> x(32, 1.0f), y(64);
   try {
     linear(w, x.data(), 1, 32, y.data(), 64, ThreadConfig{1});
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("bf16 activations are implemented for nvfp4 and fp8 "
-                                         "weights only, not bf16"),
+    EXPECT_NE(std::string(e.what()).find("bf16 activations are implemented for nvfp4, fp8 and "
+                                         "bf16 weights only, not f16"),
               std::string::npos)
         << e.what();
   }

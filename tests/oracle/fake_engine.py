@@ -6,7 +6,7 @@ run_oracle.py's plumbing and failure reports without the C++ engine:
 
 FAKE_ENGINE_BUG=<name> injects a deliberate bug into the dump (ungrouped_norm, conv_flip, bias_weights,
 logit_noise, nvfp4_nibble_swap, mlx_no_bias, ignore_fp8_static, ignore_arith, bf16_act_everywhere,
-bf16_act_no_lm_head, bf16_act_nvfp4_only) so that the failure reports can be inspected.
+bf16_act_no_lm_head, bf16_act_nvfp4_only, bf16_act_packed_only) so that the failure reports can be inspected.
 synth --format modelopt|mlx4|mlx8 writes quantized checkpoints with the quantizers of test_reference_formats.py
 (dense weights rounded to bf16 first, like a release).
 """
@@ -157,6 +157,8 @@ def main():
         bf16_act.discard("lm_head.weight")
     elif bug == "bf16_act_nvfp4_only":
         bf16_act = {k for k in bf16_act if info[k].get("format") == "nvfp4"}
+    elif bug == "bf16_act_packed_only":  # the engine before bf16 layers took --arith bf16
+        bf16_act = {k for k in bf16_act if info[k].get("format") in ("nvfp4", "fp8")}
     m = ref.NemotronH(cfg, t, fp8_static=fp8s, bf16_act=bf16_act)
     prompt = [int(x) for x in a.ids.split(",")]
     pre, toks, dec, hid = ref.greedy(m, prompt, a.gen, return_hidden=True)

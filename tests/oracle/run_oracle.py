@@ -15,7 +15,7 @@ every format; the reference dequantizes them with its own decoders (tools/refere
 compared as above (MTP included), plus a weight check (dequantized weights vs the dense f32 checkpoint of the same
 seed: expected storage per tensor and relative RMS error bounds), a W8A8 case (`dump --fp8-static-activations` vs
 the reference's parity mode) and a bf16-activation case (`dump --arith bf16` vs the reference rounding the inputs of
-its NVFP4 and FP8 layers; rows whose activations round differently on the two sides may differ by about bf16's step, so the
+its NVFP4, FP8 and bf16 layers, routers aside; rows whose activations round differently on the two sides may differ by about bf16's step, so the
 median row is held to the tolerance and every row to 1e-2). --formats-only runs just those; --no-formats skips them.
 
 Grouped expert routing: tiny-b with `synth --expert-groups 4:2` (n_group 4, topk_group 2), compared as above and
@@ -76,7 +76,10 @@ FORMAT_CASES = [
     dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="modelopt", synth_args=[], lens=[7, 140], tag="modelopt-w8a8",
          fp8_static=True),
     dict(name="tiny-q", seed=QFMT_SEED, dtype="bf16", fmt="modelopt", synth_args=[], lens=[1, 7, 140],
-         tag="modelopt-actbf16", bf16_act=True, flips=dict(min_lead=5, median=2e-3)),
+         tag="modelopt-actbf16", bf16_act=True, flips=dict(min_lead=3, median=5e-3)),
+    # (min_lead 5 / median 2e-3 until the bf16 layers (attention, the dense MLP, MTP's eh_proj) rounded their inputs
+    # too: with twice the rounding sites, flips begin sooner and every later row drifts further: median 3.1-4.2e-3
+    # at 140 tokens, against 4.4-5.1e-3 from the f32-activation reference; the first rows still agree to tol.)
 ]
 # Relative RMS error bound of the dequantized weights of each format vs the dense f32 checkpoint of the same seed
 # (formats.md §6.4: NVFP4 ~9.5 %, FP8 ~2.6 %, affine-4 ~9-12 %, affine-8 ~1 %); "bf16"/"f32" = stored unquantized.
@@ -297,9 +300,19 @@ def compare_case(case, args, model_dir, model32, prompt, work, dump_args=(), ref
         rrow = rpre[-1] if div == 0 else rdec[div - 1]
         ei, ev, ej, ew = top2(erow)
         ri, rv, rj, rw = top2(rrow)
-        case.fail(f"greedy tokens diverge at generated token {div} (position {T + div}): engine {etoks[div]} vs "
-                  f"ref {rtoks[div]}; engine top2 {ei}:{ev:.6g} {ej}:{ew:.6g} (margin {ev - ew:.3e}); "
-                  f"ref top2 {ri}:{rv:.6g} {rj}:{rw:.6g} (margin {rv - rw:.3e})")
+        msg = (f"greedy tokens diverge at generated token {div} (position {T + div}): engine {etoks[div]} vs "
+               f"ref {rtoks[div]}; engine top2 {ei}:{ev:.6g} {ej}:{ew:.6g} (margin {ev - ew:.3e}); "
+               f"ref top2 {ri}:{rv:.6g} {rj}:{rw:.6g} (margin {rv - rw:.3e})")
+        # With rounding flips, a near-tie may fall either way: each side's gap between the two tokens within the
+        # flips' median drift of its row's scale is a flip, not a bug (the reference follows the engine's tokens).
+        a_tok, b_tok = int(etoks[div]), int(rtoks[div])
+        near = flips is not None and all(
+            abs(float(row[a_tok]) - float(row[b_tok])) <= flips["median"] * float(np.abs(row).max())
+            for row in (erow, rrow))
+        if near:
+            case.info(msg + " -- a near-tie within the rounding flips' drift")
+        else:
+            case.fail(msg)
     if not case.ok and args.diagnose:
         diagnose(case, model_dir, prompt, etoks, epre, edec, rpre, rdec, args, ref_kw)
 

@@ -499,12 +499,14 @@ class Fp8StaticMode(unittest.TestCase):
         self.assertNotEqual(float(m.lin(torch.from_numpy(x)[None], "l.weight")[0, 0]), y)
 
     def test_bf16_act_names(self):
-        """Which modules the bf16-activation mode rounds: NVFP4 and FP8, but not FP8 run as W8A8 (static)."""
+        """Which modules the bf16-activation mode rounds: NVFP4, FP8 and bf16, but not FP8 run as W8A8 (static),
+        f16 or f32 modules, or a MoE router."""
         import nemotron_ref as ref
         info = {"a.weight": {"format": "nvfp4"}, "b.weight": {"format": "fp8", "input_scale": 0.5},
-                "c.weight": {"format": "fp8"}, "d.weight": {"format": "bf16"}, "e.weight": {}}
-        self.assertEqual(ref.bf16_act_names_from_info(info), {"a.weight", "b.weight", "c.weight"})
-        self.assertEqual(ref.bf16_act_names_from_info(info, fp8_static=True), {"a.weight", "c.weight"})
+                "c.weight": {"format": "fp8"}, "d.weight": {"format": "bf16"}, "e.weight": {},
+                "f.weight": {"format": "f16"}, "backbone.layers.1.mixer.gate.weight": {"format": "bf16"}}
+        self.assertEqual(ref.bf16_act_names_from_info(info), {"a.weight", "b.weight", "c.weight", "d.weight"})
+        self.assertEqual(ref.bf16_act_names_from_info(info, fp8_static=True), {"a.weight", "c.weight", "d.weight"})
 
 
 def run(verbosity=1):

@@ -69,8 +69,8 @@ inline model::NemotronH& load_target(const Target& t, uint64_t seed) {
 
 // tiny-q (every width a multiple of 64) in every quantized format — ModelOpt NVFP4 + FP8, the
 // same with W8A8 static activations, MLX 4- and 8-bit — with every KV-cache dtype; and ModelOpt
-// with bf16 activations in its NVFP4 and FP8 layers (--arith bf16), alone and with W8A8 (whose FP8
-// layers keep f32 arithmetic) and an FP8 cache.
+// with bf16 activations in its NVFP4, FP8 and bf16 layers (--arith bf16), alone and with W8A8
+// (whose FP8 layers keep f32 arithmetic) and an FP8 cache.
 inline std::vector<Target> quantized_targets() {
   using F = synth::SynthFormat;
   std::vector<Target> v;

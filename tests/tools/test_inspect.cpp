@@ -524,16 +524,21 @@ TEST(Inspect, SynthFormatsAndDrafters) {
       EXPECT_EQ(r.params.mtp_total, base.params.mtp_total);
     }
     EXPECT_EQ(r.state.fixed(), base.state.fixed());
-    // The text names the kernels this CPU runs, and --arith bf16's only where NVFP4 or FP8 layers
-    // exist (ModelOpt's: both; MLX: neither).
+    // The text names the kernels this CPU runs, and --arith bf16's only where NVFP4, FP8 or bf16
+    // layers exist (ModelOpt's: all three; MLX here: affine and f32 only).
     const std::string text = inspect::to_text(r);
     EXPECT_NE(text.find(std::string("kernels      ") + kernels::isa_name(kernels::active_isa())),
               std::string::npos);
-    EXPECT_EQ(text.find("NVFP4/FP8 with --arith bf16: ") != std::string::npos,
-              std::string(bucket) == "nvfp4")
+    const auto count = [&](const char* f) {
+      return r.modules_by_format.count(f) ? r.modules_by_format.at(f) : 0;
+    };
+    EXPECT_EQ(text.find("NVFP4/FP8/bf16 with --arith bf16: ") != std::string::npos,
+              count("nvfp4") + count("fp8") + count("bf16") > 0)
         << text;
+    EXPECT_EQ(std::string(bucket) == "nvfp4", count("nvfp4") > 0);
   }
-  EXPECT_EQ(inspect::to_text(base).find("--arith bf16"), std::string::npos);
+  EXPECT_EQ(inspect::to_text(base).find("--arith bf16") != std::string::npos,
+            base.modules_by_format.count("bf16") > 0);
   for (const char* kind : {"dflash", "dspark"}) {
     SCOPED_TRACE(kind);
     test::TempDir d;

@@ -17,7 +17,8 @@
 //   /tmp/probe_matrices 1 bf16 40 1 starts   # a range call's start: whole ranges against N pieces
 //                                            # (in_proj 64, an expert's up 8) in order / jumping
 //   /tmp/probe_matrices 2 bf16 8 8 halves 256  # two threads over in_proj: halves in one call,
-//                                              # halves in N-output pieces, pieces interleaved
+//                                              # halves in N-output pieces, pieces interleaved,
+//                                              # each thread half the rows over every output
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -121,14 +122,16 @@ int starts(const std::vector<PackedWeight>& in_proj, const std::vector<PackedWei
 }
 
 // MODE halves: two threads over in_proj's copies in turn, `rows` rows: each thread half the
-// outputs in one call; each half in `block`-output calls; or the threads taking alternate
-// `block`-output calls (both reading the same region). Prints GB/s for each.
+// outputs in one call; each half in `block`-output calls; the threads taking alternate
+// `block`-output calls (both reading the same region); or each thread half the rows over every
+// output in one call (each reads the whole matrix, the other's reads warming the shared cache).
+// Prints GB/s of the matrix's bytes for each.
 int halves(const std::vector<PackedWeight>& in_proj, const float* x, int64_t rows, float* y,
            int reps, int64_t block) {
   const int64_t outs = in_proj[0].rows, K = in_proj[0].cols, nb = (outs + block - 1) / block;
-  double t[3] = {0, 0, 0}, bytes = 0;
+  double t[4] = {0, 0, 0, 0}, bytes = 0;
   for (int r = 0; r < reps; ++r)
-    for (int way = 0; way < 3; ++way) {
+    for (int way = 0; way < 4; ++way) {
       const double t0 = now();
       for (const PackedWeight& w : in_proj) {
         struct Ctx {
@@ -148,6 +151,11 @@ int halves(const std::vector<PackedWeight>& in_proj, const float* x, int64_t row
                              active_isa());
               };
               if (c.way == 0) return half == 0 ? call(0, mid) : call(mid, O);
+              if (c.way == 3) {  // each thread half the rows, every output
+                const int64_t r0 = half == 0 ? 0 : c.rows / 2, r1 = half == 0 ? c.rows / 2 : c.rows;
+                return linear_range(*c.w, c.x + r0 * c.w->cols, r1 - r0, c.w->cols, c.y + r0 * O, O,
+                                    0, O, active_isa());
+              }
               for (int64_t b = 0; b < c.nb; ++b)
                 if (c.way == 1 ? (b < c.nb / 2) == (half == 0) : b % 2 == half)
                   call(b * c.block, (b + 1) * c.block);
@@ -158,9 +166,9 @@ int halves(const std::vector<PackedWeight>& in_proj, const float* x, int64_t row
     }
   std::printf(
       "%lld rows, %lld-output pieces: halves %.1f GB/s, halves in pieces %.1f GB/s, "
-      "interleaved pieces %.1f GB/s\n",
-      (long long)rows, (long long)block, bytes / t[0] / 1e9, bytes / t[1] / 1e9,
-      bytes / t[2] / 1e9);
+      "interleaved pieces %.1f GB/s, half the rows each %.1f GB/s\n",
+      (long long)rows, (long long)block, bytes / t[0] / 1e9, bytes / t[1] / 1e9, bytes / t[2] / 1e9,
+      bytes / t[3] / 1e9);
   return 0;
 }
 

@@ -123,11 +123,13 @@ def load_checkpoint(model_dir, return_info=False):
 
 def bf16_act_names_from_info(info, fp8_static=False):
     """The weight names whose inputs the bf16-activation mode rounds (engine `--arith bf16`, formats.md §2.1):
-    those stored as NVFP4 or FP8, except FP8 modules with an input_scale when the W8A8 parity mode runs them
-    (their E4M3 activations are exact in f32)."""
+    those stored as NVFP4, FP8 or bf16, except FP8 modules with an input_scale when the W8A8 parity mode runs
+    them (their E4M3 activations are exact in f32) and MoE routers (`*.mixer.gate.weight`, always f32 as in
+    vLLM and HF). Non-matmul bf16 tensors (norms, embeddings) may be in the set; only linear layers read it."""
     return {name for name, ent in info.items()
             if ent.get("format") == "nvfp4"
-            or (ent.get("format") == "fp8" and not (fp8_static and "input_scale" in ent))}
+            or (ent.get("format") == "fp8" and not (fp8_static and "input_scale" in ent))
+            or (ent.get("format") == "bf16" and not name.endswith(".mixer.gate.weight"))}
 
 
 def round_bf16_activation(x):

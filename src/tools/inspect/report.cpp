@@ -304,10 +304,10 @@ std::string to_text(const InspectReport& r, int64_t context) {
   const auto has = [&](const char* f) {
     return r.modules_by_format.count(f) || (r.draft && r.draft->modules_by_format.count(f));
   };
-  const bool packed = has("nvfp4") || has("fp8");
+  const bool packed = has("nvfp4") || has("fp8") || has("bf16");
   const kernels::Isa isa = kernels::active_isa();
   o += fmt::format("kernels      {} on this CPU{}\n", kernels::isa_name(isa),
-                   packed ? fmt::format("; NVFP4/FP8 with --arith bf16: {} kernel",
+                   packed ? fmt::format("; NVFP4/FP8/bf16 with --arith bf16: {} kernel",
                                         kernels::bf16_kernel_name(isa))
                           : "");
   o += r.runnable() ? "runnable     yes\n"
