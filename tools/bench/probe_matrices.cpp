@@ -83,7 +83,7 @@ PackedWeight make(Fmt f, int64_t rows, int64_t cols, Arith arith, std::mt19937& 
   } else {
     auto* d = reinterpret_cast<uint16_t*>(arena(2 * n));
     for (size_t i = 0; i < n; ++i) d[i] = uint16_t(((0x3C + g() % 4) << 8) | (g() & 0x80FF));
-    w.format = WeightFormat::BF16, w.data = d;  // dense weights take f32 arithmetic
+    w.format = WeightFormat::BF16, w.data = d, w.arith = arith;  // as the engine's bf16 layers
   }
   return w;
 }
