@@ -102,6 +102,10 @@ bool dense_bf16_verified() {
   static const bool ok = bf16_kernel_verified() && dense_bf16_kernel_self_check();
   return ok;
 }
+bool dense_bf16_avx2_verified() {
+  static const bool ok = detected_isa() >= Isa::Avx2 && dense_bf16_avx2_self_check();
+  return ok;
+}
 }  // namespace detail
 
 bool cpu_splits_512bit_ops() {
@@ -313,9 +317,10 @@ RangeFn select_range_fn(const PackedWeight& w, Isa isa) {  // (bf16_kernel_name 
              : isa >= Isa::Avx2 ? range_fp8_bf16_avx2
                                 : range_fp8_bf16_ref;
     case WeightFormat::BF16:
-      return avx512_bf16 && dense_bf16_verified() ? range_dense_bf16_avx512
-             : isa >= Isa::Avx2                   ? range_dense_bf16_avx2
-                                                  : range_dense_bf16_ref;
+      if (avx512_bf16 && dense_bf16_verified()) return range_dense_bf16_avx512;
+      if (isa >= Isa::Avx2)
+        return dense_bf16_avx2_verified() ? range_dense_bf16_avx2 : range_dense_bf16_avx2_by_hand;
+      return range_dense_bf16_ref;
     default:
       fail("linear: bf16 activations are implemented for nvfp4, fp8 and bf16 weights only, not {}",
            weight_format_name(w.format));

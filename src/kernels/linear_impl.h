@@ -24,12 +24,16 @@ void dequantize_row_dense(const PackedWeight& w, int64_t o, float* out);
 void range_dense_bf16_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                           int64_t, int64_t);
 void range_dense_bf16_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
-                           int64_t, int64_t);
+                           int64_t, int64_t);  // the rules by MXCSR (dense_bf16_avx2_verified)
+void range_dense_bf16_avx2_by_hand(const PackedWeight&, const float*, int64_t, int64_t, float*,
+                                   int64_t, int64_t, int64_t);
 void range_dense_bf16_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                              int64_t, int64_t);
 // The AVX512_BF16 kernel gave the reference's bits (run once per process: dense_bf16_verified).
 bool dense_bf16_kernel_self_check();
 bool dense_bf16_verified();  // bf16_kernel_verified() and dense_bf16_kernel_self_check(), once
+bool dense_bf16_avx2_self_check();  // range_dense_bf16_avx2 gave the reference's bits
+bool dense_bf16_avx2_verified();    // the CPU has AVX2 and that self-check passed, once
 
 // Packed formats (linear_nvfp4.cpp, linear_fp8.cpp, linear_affine.cpp; canonical order in
 // linear_packed.h). AFFINE covers AFFINE4 and AFFINE8.

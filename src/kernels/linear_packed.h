@@ -1022,6 +1022,23 @@ template <class T, int R, int O>
   for (int j = 0; j < O; ++j)
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) a[j][r] = b[j][r] = _mm256_setzero_ps();
+  // T::kFlushByMxcsr: the chunks under denormals-are-zero and flush-to-zero (bf16 weights). The
+  // empty asm statements pin the accumulators between the two MXCSR writes: without them the
+  // compiler may move arithmetic across the writes, which it takes for unrelated to floats.
+  constexpr bool by_mxcsr = requires {
+    requires T::kFlushByMxcsr;
+  };
+  const unsigned csr = by_mxcsr ? _mm_getcsr() : 0;
+  const auto pin = [&] {
+#pragma GCC unroll 16
+    for (int j = 0; j < O; ++j)
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) asm volatile("" : "+x"(a[j][r]), "+x"(b[j][r]));
+  };
+  if constexpr (by_mxcsr) {
+    _mm_setcsr(csr | 0x8040u);  // FTZ | DAZ
+    pin();
+  }
   for (int64_t k0 = 0; k0 < K32; k0 += 32)
 #pragma GCC unroll 16
     for (int j = 0; j < O; ++j) {
@@ -1043,6 +1060,18 @@ template <class T, int R, int O>
         b[j][r] = T::step(we, _mm256_loadu_ps(xr + 8), b[j][r]);
       }
     }
+  if constexpr (by_mxcsr) {
+    pin();
+    _mm_setcsr(csr);
+    pin();
+#pragma GCC unroll 16
+    for (int j = 0; j < O; ++j)
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {  // -0 -> +0
+        a[j][r] = _mm256_add_ps(a[j][r], _mm256_setzero_ps());
+        b[j][r] = _mm256_add_ps(b[j][r], _mm256_setzero_ps());
+      }
+  }
   typename T::Ref d;
   d.init(w);
 #pragma GCC unroll 16

@@ -820,6 +820,11 @@ TEST(LinearBf16, DenseTinyValuesFollowTheInstructionOnEveryPath) {
       {"a tiny product alone becomes +0", {{1, 0x1p-60f}}, {{1, 0x1p-70f}}, 0.0f},
       // Normal values are untouched: 3 * 2 + 5.
       {"normal values", {{1, 3.0f}, {0, 5.0f}}, {{1, 2.0f}}, 11.0f},
+      // 2^-126 - 2^-152 rounds to 2^-126, which is not tiny (tininess after rounding).
+      {"a sum that rounds up to 2^-126 stays",
+       {{1, 0x1p-126f}, {0, 0x1p-52f}},
+       {{0, -0x1p-100f}},
+       0x1p-126f},
   };
   std::vector<uint16_t> words(rules.size() * K, 0);
   for (size_t o = 0; o < rules.size(); ++o)
@@ -839,6 +844,41 @@ TEST(LinearBf16, DenseTinyValuesFollowTheInstructionOnEveryPath) {
     }
   }
   EXPECT_EQ(checked, int(rules.size() * available_isas().size()));
+}
+
+// The two AVX2 kernels of bf16 weights (the rules by MXCSR, the one this CPU runs if its flushing
+// passed the self-check, and by hand) bitwise the reference on random weights with tiny values,
+// at 1-6 rows; the caller's MXCSR is back afterwards, with and without its own DAZ / FTZ bits.
+TEST(LinearBf16, DenseAvx2KernelsEqualTheReferenceAndRestoreMxcsr) {
+  if (detected_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 here";
+  EXPECT_TRUE(detail::dense_bf16_avx2_verified());  // (so far every CPU with AVX2)
+  int compared = 0;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 96}, {9, 2688}, {20, 80}}) {
+    const auto m = make_bf16(WeightFormat::BF16, rows, cols, uint32_t(rows * 31 + cols));
+    for (int64_t n = 1; n <= 6; ++n) {
+      const int64_t xs = cols + 1, ys = rows + 2;
+      auto x = rand_x(n, xs, uint32_t(n * 37 + cols));
+      for (size_t i = 0; i < x.size(); i += 9) x[i] *= 0x1p-24f;  // tiny products, cancellations
+      std::vector<float> ref(static_cast<size_t>(n * ys), -1.0f);
+      detail::range_dense_bf16_ref(m->w, x.data(), n, xs, ref.data(), ys, 0, rows);
+      for (unsigned bits : {0u, 0x8040u})
+        for (auto kernel : {detail::range_dense_bf16_avx2, detail::range_dense_bf16_avx2_by_hand}) {
+          const unsigned csr = _mm_getcsr();
+          _mm_setcsr(csr | bits);
+          std::vector<float> y(static_cast<size_t>(n * ys), -1.0f);
+          kernel(m->w, x.data(), n, xs, y.data(), ys, 0, rows);
+          EXPECT_EQ(_mm_getcsr(), csr | bits);
+          _mm_setcsr(csr);
+          // Under the caller's DAZ / FTZ the tails (plain f32 fmas) may flush where the
+          // reference, run without them, does not; the chunks must match either way.
+          if (bits == 0 || cols % 32 == 0) {
+            ++compared;
+            EXPECT_TRUE(bitwise_equal(ref, y)) << m->name << " rows=" << n << " mxcsr " << bits;
+          }
+        }
+    }
+  }
+  EXPECT_EQ(compared, 3 * 6 * 2 + 2 * 6 * 2);  // K = 80 has a tail: not under the caller's bits
 }
 
 TEST(LinearBf16, AccurateAgainstExactSums) {
