@@ -274,7 +274,7 @@ void range_dense_avx512_wide(const PackedWeight& w, const float* x, int64_t n_ro
 // step is one fma whose result, when nonzero and below 2^-126 in magnitude, becomes +0 (a
 // subnormal product inside a normal sum is kept: the step is fused). The accumulators start at +0
 // and never hold -0. dense_bf16_kernel_self_check tests exactly these cases on the CPU at hand;
-// a CPU that does otherwise runs the AVX2 kernel below, which applies the same rules by hand.
+// a CPU that does otherwise runs the AVX2 kernels below, which apply the same rules.
 namespace {
 
 inline float daz_bf16_weight(float w) {
@@ -363,10 +363,10 @@ void range_dense_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_ro
 // - by MXCSR (range_dense_bf16_avx2): the chunks run with denormals-are-zero (a subnormal weight
 //   is a zero of its sign) and flush-to-zero (a tiny result is a zero of its sign) set, and each
 //   accumulator has +0 added after them (-0 -> +0: the rules' accumulators never hold -0, and a
-//   zero's sign changes nothing else they compute). As fast as plain FMAs (Zen 5, 256 x 2688 in
-//   L2: one row 42.7 against 42.0 us, 4 rows 169 against 163; by hand 121 / 201), and used where
-//   dense_bf16_avx2_verified() found this CPU's FMA flushing as the rules say (tininess after
-//   rounding, among others);
+//   zero's sign changes nothing else they compute). Within 1.1x of f32 weights' AVX2 kernel (Zen
+//   5, 256 x 2688 in L2, 1 / 4 / 8 rows: 37.5 / 99.0 / 201 us against 33.6 / 95.6 / 194; by hand
+//   72.6 / 201 / 797), and used where dense_bf16_avx2_verified() found this CPU's FMA flushing as
+//   the rules say (tininess after rounding, among others);
 // - by hand (range_dense_bf16_avx2_by_hand, elsewhere): a mask per weight, three more
 //   instructions per FMA.
 #pragma GCC push_options
