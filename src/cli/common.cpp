@@ -188,8 +188,7 @@ kernels::Arith arith_of(const std::string& arith) {
     std::fprintf(stderr,
                  "warning: --arith bf16: this CPU's VDPBF16PS does not give the defined sums (the "
                  "self-check failed; please report the CPU), so NVFP4, FP8 and bf16 layers run the "
-                 "AVX2 kernel "
-                 "(same results, slower)\n");
+                 "AVX2 kernel (same results, slower)\n");
   else if (kernel == "reference")
     std::fprintf(
         stderr,

@@ -238,9 +238,6 @@ struct Fp8Bf16Z {
   static void round_row(const float* x, int64_t K, uint16_t* words, float* tail) {
     packed::round_row_bf16_kord(x, K, words, tail);
   }
-  static int64_t group(int64_t n_rows, int64_t K) {
-    return n_rows <= 8 || 16 * K <= 32 * 1024 ? 8 : 4;
-  }
 };
 
 }  // namespace

@@ -505,9 +505,6 @@ struct Nvfp4Bf16Z {
   static void round_row_halves(const float* x, int64_t K, uint16_t* words, float* tail) {
     round_row_bf16_avx512<halves_word_element>(x, K, words, tail);
   }
-  static int64_t group(int64_t n_rows, int64_t K) {
-    return n_rows <= 8 || 16 * K <= 32 * 1024 ? 8 : 4;
-  }
 };
 
 }  // namespace

@@ -837,8 +837,8 @@ template <class T, int R, int O>
 // Outputs per tile: 8 for 1-2 rows, 5 for 3, 4 for 4-5, 3 for 6-8 (8-24 accumulators of the 32
 // registers). VDPBF16PS has ~1.9 ns latency on Zen 5, so a tile needs that many independent
 // chains: with 4 outputs at 1-3 rows and 2 at 5-8 the same passes measured 1.1-1.5x slower
-// (docs/PERFORMANCE.md). Rows go in groups of T::group(n_rows, K) over output blocks of ~64 KB
-// of weights, so memory is read once however many groups sweep a block.
+// (docs/PERFORMANCE.md). Rows go in groups of bf16_row_group(n_rows, K) over output blocks of
+// ~64 KB of weights, so memory is read once however many groups sweep a block.
 template <class T, int R>
 inline void rows_bf16_z(const PackedWeight& w, const uint16_t* xw, const float* xt, float* y,
                         int64_t ys, int64_t o_begin, int64_t o_end) {
@@ -959,6 +959,13 @@ inline void round_row_bf16_kord(const float* x, int64_t K, uint16_t* words, floa
   for (int64_t k = K32; k < K; ++k) tail[k - K32] = round_activation_bf16(x[k]);
 }
 
+// Rows of a tile_bf16_z pass: all of up to 8 in one sweep; more in groups of 8 while 8 rows of
+// bf16 activations (16 K bytes) fit in half of L1 beside the streamed weights, else of 4 (the
+// formats' files say what each measured).
+inline int64_t bf16_row_group(int64_t n_rows, int64_t K) {
+  return n_rows <= 8 || 16 * K <= 32 * 1024 ? 8 : 4;
+}
+
 // Passes of up to HalvesRows (0 or 4) rows take tile_bf16_y over rows in T::round_row_halves's
 // order (with 0, T needs neither it nor decode_halves), the others tile_bf16_z over rows in
 // T::round_row's order.
@@ -984,7 +991,7 @@ void range_bf16_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
     }
   for (int64_t r = 0; r < n_rows; ++r)
     T::round_row(x + r * xs, K, xw.get() + r * K, xt.get() + r * (K - K32));
-  const int64_t group = T::group(n_rows, K);
+  const int64_t group = bf16_row_group(n_rows, K);
   const int64_t ob = n_rows <= group ? o_end - o_begin : swept_block_outputs(w);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
     const int64_t o1 = std::min(o_end, o0 + ob);
