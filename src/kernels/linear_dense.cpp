@@ -360,10 +360,11 @@ void range_dense_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_ro
 // - by MXCSR (range_dense_bf16_avx2): the chunks run with denormals-are-zero (a subnormal weight
 //   is a zero of its sign) and flush-to-zero (a tiny result is a zero of its sign) set, and each
 //   accumulator has +0 added after them (-0 -> +0: the rules' accumulators never hold -0, and a
-//   zero's sign changes nothing else they compute). Within 1.1x of f32 weights' AVX2 kernel (Zen
-//   5, 256 x 2688 in L2, 1 / 4 / 8 rows: 37.5 / 99.0 / 201 us against 33.6 / 95.6 / 194; by hand
-//   72.6 / 201 / 797), and used where dense_bf16_avx2_verified() found this CPU's FMA flushing as
-//   the rules say (tininess after rounding, among others);
+//   zero's sign changes nothing else they compute). 1.4-1.5x the time of f32 weights' AVX2
+//   kernel, by hand 2.7-2.8x (Zen 5, 256 x 2688 in L2, 1 / 4 / 8 rows: 38-39 / 103 / 209-211 us
+//   against 27-28 / 68-71 / 141-142, by hand 74-77 / 195-197 / 388-396; `probe_linear_range bf16
+//   256 2688 ROWS f32|bf16 avx2`, `... by_hand`), and used where dense_bf16_avx2_verified() found
+//   this CPU's FMA flushing as the rules say (tininess after rounding, among others);
 // - by hand (range_dense_bf16_avx2_by_hand, elsewhere): a mask per weight, three more
 //   instructions per FMA.
 #pragma GCC push_options

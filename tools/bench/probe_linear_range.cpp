@@ -6,7 +6,8 @@
 // Optional (docs/PERFORMANCE.md, "Zen 4: the GEMM-blocked wide passes, measured at last"): MODE =
 // auto (linear_range), swept / wide (FP8 or bf16 through range_*_avx512 or range_*_avx512_wide),
 // chunkN (linear_range on N rows at a time: NVFP4 swept below 16 rows); then the wide passes' k
-// chunk and row-block bytes (set_wide_blocking).
+// chunk and row-block bytes (set_wide_blocking). avx2 / by_hand (docs/PERFORMANCE.md, "Zen 5,
+// evening"): the AVX2 kernels, the second the bf16-weight one that flushes by hand.
 // Not part of the build; after a release build into build/:
 //   g++ -O2 -std=c++20 -Isrc -o /tmp/probe_linear_range tools/bench/probe_linear_range.cpp \
 //       build/libnemotron_kernels.a build/libnemotron_base.a -lfmt -fopenmp
@@ -70,6 +71,14 @@ int main(int argc, char** argv) {
   const char* mode = argc > 6 ? argv[6] : "auto";
   if (argc > 7) set_wide_blocking({std::atoll(argv[7]), argc > 8 ? std::atoll(argv[8]) : 786432});
   const bool direct = !std::strcmp(mode, "wide") || !std::strcmp(mode, "swept");
+  // avx2: linear_range at Isa::Avx2 (what a CPU without AVX-512 runs); by_hand: bf16 weights
+  // with bf16 arithmetic through the AVX2 kernel that flushes by hand (the MXCSR one's fallback).
+  const bool by_hand = !std::strcmp(mode, "by_hand");
+  const Isa isa = by_hand || !std::strcmp(mode, "avx2") ? Isa::Avx2 : detected_isa();
+  if (by_hand && !(bf16 && w.arith == Arith::Bf16)) {
+    std::fprintf(stderr, "MODE by_hand: bf16 weights with bf16 arithmetic only\n");
+    return 2;
+  }
   if (direct && nvfp4) {
     std::fprintf(stderr, "MODE %s: FP8 and bf16 only (NVFP4: auto or chunkN)\n", mode);
     return 2;
@@ -78,6 +87,7 @@ int main(int argc, char** argv) {
     using namespace nemo::kernels::detail;
     if (!std::strcmp(mode, "wide")) return bf16 ? range_dense_avx512_wide : range_fp8_avx512_wide;
     if (!std::strcmp(mode, "swept")) return bf16 ? range_dense_avx512 : range_fp8_avx512;
+    if (!std::strcmp(mode, "by_hand") && bf16) return range_dense_bf16_avx2_by_hand;
     return nullptr;
   }();
   double best = 1e30;
@@ -90,12 +100,13 @@ int main(int argc, char** argv) {
         const int64_t c = std::atoll(mode + 5);
         for (int64_t r = 0; r < rows; r += c)
           linear_range(w, x.data() + r * K, std::min(c, rows - r), K, y.data() + r * outputs,
-                       outputs, 0, outputs, detected_isa());
+                       outputs, 0, outputs, isa);
       } else
-        linear_range(w, x.data(), rows, K, y.data(), outputs, 0, outputs, detected_isa());
+        linear_range(w, x.data(), rows, K, y.data(), outputs, 0, outputs, isa);
     const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     best = std::min(best, dt.count() / reps);
   }
   std::printf("%s %lld x %lld, %lld rows, %s, %s, %s: %.2f us\n", argv[1], (long long)outputs,
-              (long long)K, (long long)rows, argv[5], isa_name(detected_isa()), mode, best * 1e6);
+              (long long)K, (long long)rows, argv[5],
+              isa_name(fn && !by_hand ? detected_isa() : isa), mode, best * 1e6);
 }
