@@ -162,64 +162,127 @@ float tail_update_dot(float* s, int64_t k0, int64_t n, float decay, const float*
   return t;
 }
 
-// One state row: each 16-element block updated (a multiply, a multiply and an add, as
-// decay_outer_add) and, while in registers, added into the row's dot: lane l takes k = l mod 16 in
-// k order as dot() does; then its two halves, hsum8_fixed and the tail's fma chain. A row at a
-// time, so the state is read in storage order: where it comes from memory (one row per head, a
-// decode step) 4 rows side by side measured 1.3-1.5x slower than the unfused pair (52 layers, Zen
-// 5, scan per layer 108-126 against 76-94 us), though from cache (the rows after the first of a
-// verify pass) up to 1.2x faster than a row at a time (docs/PERFORMANCE.md).
-__attribute__((target("avx512f"))) float decay_outer_add_dot_avx512(float* s, int64_t n,
-                                                                    float decay, const float* b,
-                                                                    float x, const float* c) {
-  const int64_t n16 = n - n % 16;
-  const __m512 d = _mm512_set1_ps(decay), xv = _mm512_set1_ps(x);
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t k = 0; k < n16; k += 16) {
-    const __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(s + k), d),
-                                   _mm512_mul_ps(_mm512_loadu_ps(b + k), xv));
-    _mm512_storeu_ps(s + k, v);
-    acc = _mm512_fmadd_ps(v, _mm512_loadu_ps(c + k), acc);
-  }
-  alignas(64) float lanes[16], v[8];
-  _mm512_store_ps(lanes, acc);
-  for (int l = 0; l < 8; ++l) v[l] = lanes[l] + lanes[l + 8];
-  return detail::hsum8_fixed(v) + tail_update_dot(s, n16, n, decay, b, x, c);
+// hsum8_fixed of v's 8 lanes without leaving the registers: ((v0 + v4) + (v2 + v6)) + ((v1 + v5)
+// + (v3 + v7)), the same adds of the same operands.
+__attribute__((target("avx2"))) inline float hsum8_fixed_ymm(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 q = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(q) + _mm_cvtss_f32(_mm_movehdup_ps(q));
 }
 
-// The same with two 8-lane halves per block (dot_rows_avx2's accumulators).
-__attribute__((target("avx2,fma"))) float decay_outer_add_dot_avx2(float* s, int64_t n, float decay,
-                                                                   const float* b, float x,
-                                                                   const float* c) {
-  const int64_t n16 = n - n % 16;
-  const __m256 d = _mm256_set1_ps(decay), xv = _mm256_set1_ps(x);
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t k = 0; k < n16; k += 16)
-    for (int h = 0; h < 2; ++h) {
-      const int64_t i = k + 8 * h;
-      const __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(s + i), d),
-                                     _mm256_mul_ps(_mm256_loadu_ps(b + i), xv));
-      _mm256_storeu_ps(s + i, v);
-      acc[h] = _mm256_fmadd_ps(v, _mm256_loadu_ps(c + i), acc[h]);
-    }
-  alignas(32) float v[8];
-  _mm256_store_ps(v, _mm256_add_ps(acc[0], acc[1]));
-  return detail::hsum8_fixed(v) + tail_update_dot(s, n16, n, decay, b, x, c);
+// decay_outer_add_dot_steps, one state row at a time (the state read in storage order: 4 rows
+// side by side measured 1.3-1.5x slower where it comes from memory, docs/PERFORMANCE.md). Step t
+// updates each 16-element block (a multiply, a multiply and an add, as decay_outer_add) and, while
+// in registers, adds it into the row's dot with c_t: lane l takes k = l mod 16 in k order as dot()
+// does; then its two halves, hsum8_fixed and the tail's fma chain.
+
+__attribute__((target("avx512f,avx512dq"))) inline float finish16(__m512 acc) {
+  return hsum8_fixed_ymm(_mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, acc, 0),
+                                       _mm512_maskz_extractf32x8_ps(0xFF, acc, 1)));
 }
+
+// Row r of n = 16 * NB (no tail), read from `from` once, held in registers across the steps and
+// written to s once: in a 1-head microbenchmark (64 x 128, in cache, Zen 5) 1.4-1.6x faster at 4-8
+// steps than a sweep of the head per step. Into another buffer (a journaled round) by streaming
+// stores: the new state is next read a whole forward later, and a store that misses would first
+// read the line. (Each block through all the steps in turn, each step's dot in its own
+// accumulator, measured 1.3x slower at 8 steps; two rows side by side no faster.)
+template <int NB>
+__attribute__((target("avx512f,avx512dq"))) void steps_row_avx512(const float* from, float* s,
+                                                                  const DecaySteps& st, int64_t r) {
+  __m512 sv[NB];
+#pragma GCC unroll 8
+  for (int i = 0; i < NB; ++i) sv[i] = _mm512_loadu_ps(from + 16 * i);
+  for (int64_t t = 0; t < st.T; ++t) {
+    const __m512 d = _mm512_set1_ps(st.decay[t]), xv = _mm512_set1_ps(st.x[t * st.xs + r]);
+    const float* b = st.b + t * st.bs;
+    const float* c = st.c + t * st.cs;
+    __m512 acc = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int i = 0; i < NB; ++i) {
+      sv[i] =
+          _mm512_add_ps(_mm512_mul_ps(sv[i], d), _mm512_mul_ps(_mm512_loadu_ps(b + 16 * i), xv));
+      acc = _mm512_fmadd_ps(sv[i], _mm512_loadu_ps(c + 16 * i), acc);
+    }
+    st.out[t * st.os + r] = finish16(acc) + 0.0f;  // + dot()'s empty tail
+  }
+  if (from != s && (reinterpret_cast<uintptr_t>(s) & 63) == 0) {
+#pragma GCC unroll 8
+    for (int i = 0; i < NB; ++i) _mm512_stream_ps(s + 16 * i, sv[i]);
+  } else {
+#pragma GCC unroll 8
+    for (int i = 0; i < NB; ++i) _mm512_storeu_ps(s + 16 * i, sv[i]);
+  }
+}
+
+// Any n, the row in L1 across the steps, two 8-lane halves per block (dot_rows_avx2's
+// accumulators; lanes l and l + 8 of the 16 are the halves' lane l, so the bits are the same).
+__attribute__((target("avx2,fma"))) void steps_row_avx2(const float* from, float* s, int64_t n,
+                                                        const DecaySteps& st, int64_t r) {
+  const int64_t n16 = n - n % 16;
+  if (from != s) std::memcpy(s, from, size_t(n) * sizeof(float));
+  for (int64_t t = 0; t < st.T; ++t) {
+    const __m256 d = _mm256_set1_ps(st.decay[t]), xv = _mm256_set1_ps(st.x[t * st.xs + r]);
+    const float* b = st.b + t * st.bs;
+    const float* c = st.c + t * st.cs;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t k = 0; k < n16; k += 16)
+      for (int h = 0; h < 2; ++h) {
+        const int64_t i = k + 8 * h;
+        const __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(s + i), d),
+                                       _mm256_mul_ps(_mm256_loadu_ps(b + i), xv));
+        _mm256_storeu_ps(s + i, v);
+        acc[h] = _mm256_fmadd_ps(v, _mm256_loadu_ps(c + i), acc[h]);
+      }
+    st.out[t * st.os + r] = hsum8_fixed_ymm(_mm256_add_ps(acc[0], acc[1])) +
+                            tail_update_dot(s, n16, n, st.decay[t], b, st.x[t * st.xs + r], c);
+  }
+}
+
+// Rows this far ahead are prefetched: 52-layer states (23 x 2 MB, from memory as in decode), 2
+// threads, scan per layer 10-15 % faster than with none, and as fast as 8 or 32 ahead
+// (tools/bench/probe_scan.cpp).
+constexpr int64_t kStepsAheadRows = 16;
 
 }  // namespace
 
-void decay_outer_add_dot(float* S, int64_t rows, int64_t n, float decay, const float* b,
-                         const float* x, const float* c, float* out) {
+void decay_outer_add_dot_steps(const float* from, float* S, int64_t rows, int64_t n,
+                               const DecaySteps& st) {
   const Isa isa = active_isa();
   if (isa < Isa::Avx2) {
-    decay_outer_add_ref(S, rows, n, decay, b, x);
-    for (int64_t r = 0; r < rows; ++r) out[r] = dot_ref(S + r * n, c, n);
+    if (from != S) std::memcpy(S, from, size_t(rows * n) * sizeof(float));
+    for (int64_t t = 0; t < st.T; ++t) {
+      decay_outer_add_ref(S, rows, n, st.decay[t], st.b + t * st.bs, st.x + t * st.xs);
+      for (int64_t r = 0; r < rows; ++r)
+        st.out[t * st.os + r] = dot_ref(S + r * n, st.c + t * st.cs, n);
+    }
     return;
   }
-  for (int64_t r = 0; r < rows; ++r)
-    out[r] = isa >= Isa::Avx512 ? decay_outer_add_dot_avx512(S + r * n, n, decay, b, x[r], c)
-                                : decay_outer_add_dot_avx2(S + r * n, n, decay, b, x[r], c);
+  const auto each_row = [&](auto&& row) {
+    for (int64_t r = 0; r < rows; ++r) {
+      // As integers: past the last row the addresses are the next head's (a prefetch never
+      // faults), and no pointer leaves its array.
+      const uintptr_t f =
+          reinterpret_cast<uintptr_t>(from) + uintptr_t((r + kStepsAheadRows) * n) * sizeof(float);
+      for (uintptr_t l = 0; l < uintptr_t(n) * sizeof(float); l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(f + l), _MM_HINT_T0);
+      row(from + r * n, S + r * n, r);
+    }
+  };
+  if (isa >= Isa::Avx512 && (n == 64 || n == 128)) {  // Nano's and Lightning's state rows
+    if (n == 64)
+      each_row([&](const float* f, float* s, int64_t r) { steps_row_avx512<4>(f, s, st, r); });
+    else
+      each_row([&](const float* f, float* s, int64_t r) { steps_row_avx512<8>(f, s, st, r); });
+    if (from != S) _mm_sfence();  // the streaming stores, before another thread reads them
+    return;
+  }
+  each_row([&](const float* f, float* s, int64_t r) { steps_row_avx2(f, s, n, st, r); });
+}
+
+void decay_outer_add_dot(float* S, int64_t rows, int64_t n, float decay, const float* b,
+                         const float* x, const float* c, float* out) {
+  decay_outer_add_dot_steps(S, S, rows, n, DecaySteps{1, &decay, b, 0, x, 0, c, 0, out, 0});
 }
 
 void decay_outer_add(float* S, int64_t rows, int64_t n, float decay, const float* b,

@@ -23,6 +23,25 @@ void decay_outer_add(float* S, int64_t rows, int64_t n, float decay, const float
 // each state row read and written once (the SSM step: update, then readout).
 void decay_outer_add_dot(float* S, int64_t rows, int64_t n, float decay, const float* b,
                          const float* x, const float* c, float* out);
+// T steps of decay_outer_add_dot in turn, step t with decay[t] and the rows b + t·bs, x + t·xs,
+// c + t·cs, out + t·os.
+struct DecaySteps {
+  int64_t T;
+  const float* decay;
+  const float* b;
+  int64_t bs;
+  const float* x;
+  int64_t xs;
+  const float* c;
+  int64_t cs;
+  float* out;
+  int64_t os;
+};
+// The same bits as the T calls on S = a copy of `from`, with each state row read from `from` and
+// written to S once for all T steps (held in registers across them where n is 64 or 128): the SSM
+// scan of a verify pass's rows. `from` may be S; else the two do not overlap.
+void decay_outer_add_dot_steps(const float* from, float* S, int64_t rows, int64_t n,
+                               const DecaySteps& steps);
 
 // out = (x · 1/sqrt(mean(x²) + eps)) · w   (w may be null = ones). out may alias x.
 void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out);

@@ -27,7 +27,7 @@ Mamba2Weights Mamba2Weights::bind(const WeightBinder& b, const layout::Block& L,
                                   const io::ModelConfig& c) {
   Mamba2Weights w;
   w.dims = Mamba2Dims(c);
-  // ssm_step_head keeps B·dt for one row on the stack.
+  // ssm_steps_head keeps B·dt for 8 rows on the stack.
   if (w.dims.N > 512) fail("ssm_state_size {} > 512 is not supported", w.dims.N);
   w.in_proj = b.linear(L.at(Role::MambaInProj));
   w.out_proj = b.linear(L.at(Role::MambaOutProj));
@@ -90,20 +90,45 @@ float dt_from_raw(const Mamba2Weights& w, float raw, int64_t head) {
   return dt;
 }
 
+void ssm_steps_head(const float* from, float* S, int64_t T, const HeadRows& rows, float A, float D,
+                    int64_t P, int64_t N) {
+  // Up to 8 rows at a time: their exp(dt·A) and B·dt on the stack (N <= 512, checked at load).
+  constexpr int64_t kRows = 8;
+  float dA[kRows], dtB[kRows * 512];
+  for (int64_t t0 = 0; t0 < T; t0 += kRows) {
+    const int64_t n = std::min(kRows, T - t0);
+    for (int64_t i = 0; i < n; ++i) {
+      const float dt = rows.dt[(t0 + i) * rows.dt_stride];
+      dA[i] = std::exp(dt * A);
+      const float* B = rows.B + (t0 + i) * rows.stride;
+      for (int64_t k = 0; k < N; ++k) dtB[i * N + k] = B[k] * dt;
+    }
+    const float* x = rows.x + t0 * rows.stride;
+    if (!rows.y) {  // S[p][n] = S[p][n]·dA + dtB[n]·x[p], step by step
+      if (t0 == 0 && from != S) std::copy_n(from, P * N, S);
+      for (int64_t i = 0; i < n; ++i)
+        kernels::decay_outer_add(S, P, N, dA[i], dtB + i * N, x + i * rows.stride);
+      continue;
+    }
+    // The same update, then y[p] = S[p]·C + D·x[p], each dot bitwise dot()'s, each state row read
+    // and written once for the n steps.
+    float* y = rows.y + t0 * rows.y_stride;
+    kernels::decay_outer_add_dot_steps(
+        t0 == 0 ? from : S, S, P, N,
+        {n, dA, dtB, N, x, rows.stride, rows.C + t0 * rows.stride, rows.stride, y, rows.y_stride});
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t p = 0; p < P; ++p)
+        y[i * rows.y_stride + p] = y[i * rows.y_stride + p] + D * x[i * rows.stride + p];
+  }
+}
+
 void ssm_step_head(float* S, const float* x, const float* B, const float* C, float dt, float A,
                    float D, int64_t P, int64_t N, float* y) {
-  const float dA = std::exp(dt * A);
-  float dtB[512];  // N <= 512 (checked at load)
-  for (int64_t n = 0; n < N; ++n) dtB[n] = B[n] * dt;
-  // S[p][n] = S[p][n]·dA + dtB[n]·x[p]
-  if (!y) return kernels::decay_outer_add(S, P, N, dA, dtB, x);
-  // y[p] = S[p]·C + D·x[p], each dot bitwise dot()'s, in the same pass over S as its update.
-  kernels::decay_outer_add_dot(S, P, N, dA, dtB, x, C, y);
-  for (int64_t p = 0; p < P; ++p) y[p] = y[p] + D * x[p];
+  ssm_steps_head(S, S, 1, HeadRows{x, B, C, 0, &dt, 0, y, 0}, A, D, P, N);
 }
 
 void ssm_scan_recurrent(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T,
-                        float* S, float* y, const ThreadConfig& tc, float* S0) {
+                        float* S, float* y, const ThreadConfig& tc, float* S_out) {
   const Mamba2Dims& d = w.dims;
   // Heads are independent, so threads split heads; each head runs its rows in order.
   parallel_for(tc, d.NH, std::max<int64_t>(1, 65536 / (T * d.P * d.N)),
@@ -111,10 +136,10 @@ void ssm_scan_recurrent(const Mamba2Weights& w, const XbcRows& xbc, const float*
                  for (int64_t h = h0; h < h1; ++h) {
                    const int64_t g = d.group_of(h);
                    float* Sh = S + h * d.P * d.N;
-                   if (S0) std::copy_n(Sh, d.P * d.N, S0 + h * d.P * d.N);
-                   for (int64_t t = 0; t < T; ++t)
-                     ssm_step_head(Sh, xbc.x(t, h), xbc.B(t, g), xbc.C(t, g), dt[t * d.NH + h],
-                                   w.A[h], w.D[h], d.P, d.N, y + t * d.DI + h * d.P);
+                   const HeadRows rows{xbc.x(0, h), xbc.B(0, g), xbc.C(0, g), d.CD,
+                                       dt + h,      d.NH,        y + h * d.P, d.DI};
+                   ssm_steps_head(Sh, S_out ? S_out + h * d.P * d.N : Sh, T, rows, w.A[h], w.D[h],
+                                  d.P, d.N);
                  }
                });
 }
@@ -221,7 +246,7 @@ void journal_round(const Mamba2Dims& d, const MambaState& st, const ProjRows& pr
                    const XbcRows& xbc, const float* dt, int64_t T, MambaJournal& j) {
   j.conv0.resize(st.conv.size());
   std::memcpy(j.conv0.data(), st.conv.data(), st.conv.bytes());
-  j.ssm0.resize(st.ssm.size());  // filled by the scan, head by head
+  j.ssm0.resize(st.ssm.size());  // the scan's output, then swapped with the state
   // The rows' buffers only grow: a Buffer reallocates and zeroes on every new size, and rounds
   // change width (--spec auto, the verify curve: dt, these copies and the reallocations took
   // 50-66 us per 52-layer Mamba layer at 2-8 rows, Zen 5).
@@ -271,10 +296,13 @@ void mamba2_forward(const Mamba2Weights& w, const float* hn, int64_t T, float* o
     shift_conv_window(d, st.conv, proj.xBC(0), d.DP, s.T);
     // 4. y ← the SSM scan: the exact recurrence, or the chunked SSD form for long prefills.
     float* y_rows = y.data() + s.row0 * d.DI;
-    if (s.opt.record || s.T < s.opt.ssd_min_rows)
+    if (s.opt.record || s.T < s.opt.ssd_min_rows) {
+      // A journaled round leaves the state before it in place and writes the new one to the
+      // journal's buffer; the two then swap, so the journal keeps the old one without a copy.
       ssm_scan_recurrent(w, xbc, dt_rows, s.T, st.ssm.data(), y_rows, tc,
                          s.journal ? s.journal->ssm0.data() : nullptr);
-    else
+      if (s.journal) std::swap(st.ssm, s.journal->ssm0);
+    } else
       ssm_scan_chunked(w, xbc, dt_rows, s.T, st.ssm.data(), y_rows, tc);
   }
   // 5. y ← rmsnorm(y · silu(z)) per group.

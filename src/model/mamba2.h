@@ -86,15 +86,30 @@ void shift_conv_window(const Mamba2Dims& d, Buffer<float>& window, const float* 
 // nemotron_h.md §3.4 dt = softplus(dt_raw + dt_bias), clamped only when the config sets
 // time_step_limit.
 float dt_from_raw(const Mamba2Weights& w, float raw, int64_t head);
-// nemotron_h.md §3.5 one recurrence step for one head: S[P, N] = S·exp(dt·A) + (B·dt) ⊗ x;  y = S·C
-// + D·x. The single definition of the recurrence, shared by decode, verify and replay.
+// One head's rows: x_t = x + t·stride (P values), B_t, C_t likewise (N values; C unused without
+// y), dt_t = dt[t·dt_stride], y_t = y + t·y_stride (null: the state only, the journal's replay).
+struct HeadRows {
+  const float *x, *B, *C;
+  int64_t stride;
+  const float* dt;
+  int64_t dt_stride;
+  float* y;
+  int64_t y_stride;
+};
+// nemotron_h.md §3.5 the recurrence of one head over T rows, step by step: S[P, N] = S·exp(dt·A) +
+// (B·dt) ⊗ x;  y = S·C + D·x. The single definition of the recurrence, shared by decode, verify and
+// replay. The state before the rows is read from `from`, after them written to S (`from` may be
+// S; else the two do not overlap).
+void ssm_steps_head(const float* from, float* S, int64_t T, const HeadRows& rows, float A, float D,
+                    int64_t P, int64_t N);
+// One step of it.
 void ssm_step_head(float* S, const float* x, const float* B, const float* C, float dt, float A,
                    float D, int64_t P, int64_t N, float* y);
 // The recurrence over T rows, heads split across threads: y[t] [DI]; S = state [NH, P, N]. With
-// `S0` (a recorded round's journal), each head's state is copied there before its first row, by
-// the thread that then steps it (in cache, in parallel, where a copy before the scan was neither).
+// `S_out` the state after the rows goes there and S keeps the one before them (a recorded round:
+// the journal's buffer, then swapped with the state, in place of a copy of the old one).
 void ssm_scan_recurrent(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T,
-                        float* S, float* y, const ThreadConfig& tc, float* S0 = nullptr);
+                        float* S, float* y, const ThreadConfig& tc, float* S_out = nullptr);
 // nemotron_h.md §3.6 the chunked SSD form of the same scan (mathematically equal, rounds
 // differently): long prefills.
 void ssm_scan_chunked(const Mamba2Weights& w, const XbcRows& xbc, const float* dt, int64_t T,

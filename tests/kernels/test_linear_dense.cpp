@@ -257,6 +257,54 @@ TEST(Ops, DecayOuterAddDotIsUpdateThenDot) {
   EXPECT_EQ(checked, int(available_isas().size()) * 4 * (1 + 3 + 4 + 9 + 64));
 }
 
+TEST(Ops, DecayOuterAddDotStepsIsStepsInTurn) {
+  // decay_outer_add_dot_steps: the state and outputs of its T steps as decay_outer_add then dot()
+  // in turn (the reference path is the oracle), bitwise, on every path the machine has: lengths
+  // held in registers (64, 128) and not (5, 16, 131), 1-11 steps (more than one sweep of 8), in
+  // place and from another buffer (which must stay as it was), rows strided as the SSM's are.
+  const Isa saved = active_isa();
+  int checked = 0;
+  for (Isa isa : available_isas())
+    for (int64_t n : {int64_t(5), int64_t(16), int64_t(64), int64_t(128), int64_t(131)})
+      for (int64_t rows : {int64_t(1), int64_t(3), int64_t(64)})
+        for (int64_t T : {int64_t(1), int64_t(3), int64_t(8), int64_t(11)})
+          for (bool in_place : {true, false}) {
+            const int64_t bs = n + 7, xs = rows + 5, cs = n + 3, os = rows + 2;
+            const auto S0 = rand_x(size_t(rows * n), uint64_t(41 + n + rows));
+            const auto b = rand_x(size_t(T * bs), uint64_t(42 + n)),
+                       x = rand_x(size_t(T * xs), uint64_t(43 + T)),
+                       c = rand_x(size_t(T * cs), uint64_t(44 + n));
+            std::vector<float> decay(static_cast<size_t>(T));
+            for (int64_t t = 0; t < T; ++t) decay[size_t(t)] = 0.5f + 0.0625f * float(t % 8);
+            set_active_isa(Isa::Reference);
+            auto want = S0;
+            std::vector<float> want_y(size_t(T * os), -2.0f);
+            for (int64_t t = 0; t < T; ++t) {
+              decay_outer_add(want.data(), rows, n, decay[size_t(t)], b.data() + t * bs,
+                              x.data() + t * xs);
+              for (int64_t r = 0; r < rows; ++r)
+                want_y[size_t(t * os + r)] = dot(want.data() + r * n, c.data() + t * cs, n);
+            }
+            set_active_isa(isa);
+            auto from = S0;
+            std::vector<float> got(S0.size(), -3.0f), got_y(size_t(T * os), -2.0f);
+            if (in_place) got = S0;
+            const DecaySteps steps{T,  decay.data(), b.data(), bs,           x.data(),
+                                   xs, c.data(),     cs,       got_y.data(), os};
+            decay_outer_add_dot_steps(in_place ? got.data() : from.data(), got.data(), rows, n,
+                                      steps);
+            const std::string what = std::string(isa_name(isa)) + " n " + std::to_string(n) +
+                                     " rows " + std::to_string(rows) + " T " + std::to_string(T) +
+                                     (in_place ? " in place" : " from another buffer");
+            ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << what;
+            ASSERT_EQ(std::memcmp(from.data(), S0.data(), S0.size() * 4), 0) << what;
+            ASSERT_EQ(std::memcmp(got_y.data(), want_y.data(), want_y.size() * 4), 0) << what;
+            ++checked;
+          }
+  set_active_isa(saved);
+  EXPECT_EQ(checked, int(available_isas().size()) * 5 * 3 * 4 * 2);
+}
+
 TEST(Ops, AxpyRowsIsAxpyInTurn) {
   // axpy_rows: the bits of its m axpy calls in j order, on every path the machine has, for
   // lengths around the 8- and 16-lane vectors and the 64 / 128 blocks (the SSD chunk: 64 and 128).
