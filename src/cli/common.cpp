@@ -189,6 +189,12 @@ kernels::Arith arith_of(const std::string& arith) {
                  "warning: --arith bf16: this CPU's VDPBF16PS does not give the defined sums (the "
                  "self-check failed; please report the CPU), so NVFP4, FP8 and bf16 layers run the "
                  "AVX2 kernel (same results, slower)\n");
+  else if (kernel.ends_with("(bf16 weights: avx2)"))
+    std::fprintf(stderr,
+                 "warning: --arith bf16: this CPU's VDPBF16PS does not treat tiny bf16 weights and "
+                 "sums as the defined order says (the self-check failed; please report the CPU), "
+                 "so bf16 layers run the AVX2 kernel (same results, slower); NVFP4 and FP8 layers "
+                 "keep VDPBF16PS\n");
   else if (kernel == "reference")
     std::fprintf(
         stderr,
