@@ -80,24 +80,30 @@ TEST(Argmax, EveryIsaEqualsTheScalarDefinition) {
 // sort replaced. NaN logits come last instead of breaking std::sort.
 TEST(SamplingDistribution, CandidateOrderIsLogitDescendingThenId) {
   std::mt19937 rng(11);
-  for (int top_k : {0, 1, 40, 1000}) {
-    std::vector<float> x(5000);
-    std::normal_distribution<float> nd(0.0f, 4.0f);
-    for (size_t i = 0; i < x.size(); ++i)  // every bit of the logit matters, and many ties
-      x[i] = i % 2 ? nd(rng) : float(int(rng() % 200) - 100) * 0.25f;
-    x[10] = -0.0f, x[11] = 0.0f, x[12] = -0.0f, x[13] = INFINITY, x[14] = -INFINITY;
-    std::vector<int32_t> want(x.size());
-    for (size_t i = 0; i < x.size(); ++i) want[i] = int32_t(i);
-    std::sort(want.begin(), want.end(),
-              [&](int32_t a, int32_t b) { return x[a] != x[b] ? x[a] > x[b] : a < b; });
-    if (top_k > 0) want.resize(size_t(top_k));
-    SamplingParams p;
-    p.temperature = 4.0f;  // keeps every candidate's probability above 0
-    p.top_k = top_k;
-    const Distribution d = sampling_distribution(x, p);
-    ASSERT_EQ(d.size(), want.size()) << "top_k " << top_k;
-    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(d[i].first, want[i]) << "rank " << i;
-  }
+  for (int top_k : {0, 1, 40, 1000})
+    for (bool one_binade : {false, true}) {
+      std::vector<float> x(5000);
+      std::normal_distribution<float> nd(0.0f, 4.0f);
+      for (size_t i = 0; i < x.size(); ++i)  // every bit of the logit matters, and many ties
+        x[i] = i % 2 ? nd(rng) : float(int(rng() % 200) - 100) * 0.25f;
+      x[10] = -0.0f, x[11] = 0.0f, x[12] = -0.0f, x[13] = INFINITY, x[14] = -INFINITY;
+      // Logits in [1, 2): the keys share their top bytes, which the sort then passes over.
+      if (one_binade)
+        for (size_t i = 0; i < x.size(); ++i)
+          x[i] = 1.0f + float(i % 2 ? rng() % (1u << 23) : rng() % 64) * 0x1p-23f;
+      std::vector<int32_t> want(x.size());
+      for (size_t i = 0; i < x.size(); ++i) want[i] = int32_t(i);
+      std::sort(want.begin(), want.end(),
+                [&](int32_t a, int32_t b) { return x[a] != x[b] ? x[a] > x[b] : a < b; });
+      if (top_k > 0) want.resize(size_t(top_k));
+      SamplingParams p;
+      p.temperature = 4.0f;  // keeps every candidate's probability above 0
+      p.top_k = top_k;
+      const Distribution d = sampling_distribution(x, p);
+      ASSERT_EQ(d.size(), want.size()) << "top_k " << top_k;
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(d[i].first, want[i]) << "rank " << i << (one_binade ? ", one binade" : "");
+    }
   std::vector<float> y = {1.0f, NAN, 3.0f, NAN, 2.0f};
   SamplingParams p;
   p.temperature = 1.0f;
