@@ -170,17 +170,18 @@ __attribute__((target("avx2"))) inline float hsum8_fixed_ymm(__m256 v) {
   return _mm_cvtss_f32(q) + _mm_cvtss_f32(_mm_movehdup_ps(q));
 }
 
-// decay_outer_add_dot_steps, one state row at a time (the state read in storage order: 4 rows
-// side by side measured 1.3-1.5x slower where it comes from memory, docs/PERFORMANCE.md). Step t
-// updates each 16-element block (a multiply, a multiply and an add, as decay_outer_add) and, while
-// in registers, adds it into the row's dot with c_t: lane l takes k = l mod 16 in k order as dot()
-// does; then its two halves, hsum8_fixed and the tail's fma chain.
-
+// A row's dot accumulated in 16 lanes (lane l: k = l mod 16 in k order, as dot()), finished as
+// dot() finishes: its two halves, then hsum8_fixed (the tail's fma chain is the caller's).
 __attribute__((target("avx512f,avx512dq"))) inline float finish16(__m512 acc) {
   return hsum8_fixed_ymm(_mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, acc, 0),
                                        _mm512_maskz_extractf32x8_ps(0xFF, acc, 1)));
 }
 
+// The kernels of decay_outer_add_dot_steps take one state row at a time (the state read in storage
+// order: 4 rows side by side measured 1.3-1.5x slower where it comes from memory,
+// docs/PERFORMANCE.md). Step t updates each 16-element block (a multiply, a multiply and an add,
+// as decay_outer_add) and, while in registers, adds it into the row's dot with c_t.
+//
 // Row r of n = 16 * NB (no tail), read from `from` once, held in registers across the steps and
 // written to s once: in a 1-head microbenchmark (64 x 128, in cache, Zen 5) 1.4-1.6x faster at 4-8
 // steps than a sweep of the head per step. Into another buffer (a journaled round) by streaming
@@ -239,9 +240,10 @@ __attribute__((target("avx2,fma"))) void steps_row_avx2(const float* from, float
   }
 }
 
-// Rows this far ahead are prefetched: 52-layer states (23 x 2 MB, from memory as in decode), 2
-// threads, scan per layer 10-15 % faster than with none, and as fast as 8 or 32 ahead
-// (tools/bench/probe_scan.cpp).
+// Rows this far ahead are prefetched (52-layer states, 23 x 2 MB, from memory as in decode; 2
+// threads; tools/bench/probe_scan.cpp): with the first form of these kernels (a sweep of the state
+// per step) 12-25 % faster than with none; with the rows held in registers, with and without
+// measured within the noise, and 8 or 32 ahead as 16.
 constexpr int64_t kStepsAheadRows = 16;
 
 }  // namespace
@@ -278,11 +280,6 @@ void decay_outer_add_dot_steps(const float* from, float* S, int64_t rows, int64_
     return;
   }
   each_row([&](const float* f, float* s, int64_t r) { steps_row_avx2(f, s, n, st, r); });
-}
-
-void decay_outer_add_dot(float* S, int64_t rows, int64_t n, float decay, const float* b,
-                         const float* x, const float* c, float* out) {
-  decay_outer_add_dot_steps(S, S, rows, n, DecaySteps{1, &decay, b, 0, x, 0, c, 0, out, 0});
 }
 
 void decay_outer_add(float* S, int64_t rows, int64_t n, float decay, const float* b,

@@ -19,12 +19,8 @@ void dot_rows(const float* a, int64_t a_stride, int64_t rows, const float* b, in
 // state update).
 void decay_outer_add(float* S, int64_t rows, int64_t n, float decay, const float* b,
                      const float* x);
-// decay_outer_add(S, rows, n, decay, b, x), then out[r] = dot(S + r·n, c, n): the same bits, with
-// each state row read and written once (the SSM step: update, then readout).
-void decay_outer_add_dot(float* S, int64_t rows, int64_t n, float decay, const float* b,
-                         const float* x, const float* c, float* out);
-// T steps of decay_outer_add_dot in turn, step t with decay[t] and the rows b + t·bs, x + t·xs,
-// c + t·cs, out + t·os.
+// T steps of the SSM's update and readout; step t: decay_outer_add(S, rows, n, decay[t], b + t·bs,
+// x + t·xs), then out[t·os + r] = dot(S + r·n, c + t·cs, n) for r < rows.
 struct DecaySteps {
   int64_t T;
   const float* decay;
