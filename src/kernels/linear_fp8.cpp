@@ -185,9 +185,14 @@ namespace {
 inline __m512i decode32_fp8_bf16(const uint8_t* p) {
   const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   const __m512i h = _mm512_cvtepi8_epi16(b);
-  const __m512i n =
-      _mm512_ternarylogic_epi32(_mm512_slli_epi16(h, 4), _mm512_set1_epi16(int16_t(0x87F0)),
-                                _mm512_set1_epi16(112 << 7), 0xEA);  // (a & b) | c
+  // The exponent bias as a broadcast memory operand, not a register: with three constants in
+  // registers the 8-row tile (24 accumulators) kept one accumulator on the stack, a store and a
+  // reload on its chain every chunk (in_proj 63 x 2688, 8 rows, L2: 10.5-11.1 -> 9.4-10.0 us).
+  alignas(4) static constexpr uint32_t kBias = (112u << 7) * 0x10001u;
+  __m512i n = _mm512_slli_epi16(h, 4);
+  asm("vpternlogd $0xEA, %[bias]%{1to16%}, %[keep], %[n]"  // (n & keep) | bias
+      : [n] "+v"(n)
+      : [keep] "v"(_mm512_set1_epi16(int16_t(0x87F0))), [bias] "m"(kBias));
   const __mmask32 low = _mm256_testn_epi8_mask(b, _mm256_set1_epi8(0x78));
   if (low == 0) [[likely]]
     return n;
