@@ -182,17 +182,25 @@ namespace {
 // bytes before widening (a 256-bit test, not a 512-bit one). Zeros and subnormals (exponent 0:
 // m * 2^-17) are rare in real weights, so they are patched from a table only in the chunks that
 // have one (a predictable branch instead of three instructions per chunk).
+// BiasInMemory: the exponent bias as a broadcast memory operand, not a register. With three
+// constants in registers the 8-row tile (24 accumulators) kept one accumulator on the stack, a
+// store and a reload on its chain every chunk (in_proj 63 x 2688, 8 rows, L2: 10.5-11.1 -> 9.4-
+// 10.0 us); the one-row tile, which has registers to spare, is ~5 % slower with the extra loads
+// (128 x 2688: 7.05-7.12 -> 7.42-7.57 us), so it keeps the register.
+template <bool BiasInMemory>
 inline __m512i decode32_fp8_bf16(const uint8_t* p) {
   const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   const __m512i h = _mm512_cvtepi8_epi16(b);
-  // The exponent bias as a broadcast memory operand, not a register: with three constants in
-  // registers the 8-row tile (24 accumulators) kept one accumulator on the stack, a store and a
-  // reload on its chain every chunk (in_proj 63 x 2688, 8 rows, L2: 10.5-11.1 -> 9.4-10.0 us).
-  alignas(4) static constexpr uint32_t kBias = (112u << 7) * 0x10001u;
+  const __m512i keep = _mm512_set1_epi16(int16_t(0x87F0));
   __m512i n = _mm512_slli_epi16(h, 4);
-  asm("vpternlogd $0xEA, %[bias]%{1to16%}, %[keep], %[n]"  // (n & keep) | bias
-      : [n] "+v"(n)
-      : [keep] "v"(_mm512_set1_epi16(int16_t(0x87F0))), [bias] "m"(kBias));
+  if constexpr (BiasInMemory) {
+    alignas(4) static constexpr uint32_t kBias = (112u << 7) * 0x10001u;
+    asm("vpternlogd $0xEA, %[bias]%{1to16%}, %[keep], %[n]"  // (n & keep) | bias
+        : [n] "+v"(n)
+        : [keep] "v"(keep), [bias] "m"(kBias));
+  } else {
+    n = _mm512_ternarylogic_epi32(n, keep, _mm512_set1_epi16(112 << 7), 0xEA);  // (a & b) | c
+  }
   const __mmask32 low = _mm256_testn_epi8_mask(b, _mm256_set1_epi8(0x78));
   if (low == 0) [[likely]]
     return n;
@@ -215,6 +223,7 @@ inline __m512i decode32_fp8_bf16(const uint8_t* p) {
 // 2518-2583 -> 1831-1894 / 2269-2344 us, 41216 x 2688 8 rows 1.1x); with the row-by-row prefetch
 // into L1 one 8-row pass had been 1.4-1.6x slower (in_proj 3.6-3.9 vs 2.2-2.7 ms). More rows go in
 // groups of 8 while 8 rows of activations fit in half of L1, else of 4.
+template <bool BiasInMemory>
 struct Fp8Bf16Z {
   using Ref = Fp8Ref;
   static constexpr int64_t kPrefetchK = 64;  // a cache line of codes
@@ -234,7 +243,7 @@ struct Fp8Bf16Z {
       K = w.cols;
       codes = static_cast<const uint8_t*>(w.data) + o * K;
     }
-    __m512i decode(int64_t k0) const { return decode32_fp8_bf16(codes + k0); }
+    __m512i decode(int64_t k0) const { return decode32_fp8_bf16<BiasInMemory>(codes + k0); }
     template <int O, bool L2>
     void prefetch_next_tile(int64_t step) const {
       packed::prefetch_lines<O, L2>(codes + O * K, step);
@@ -249,7 +258,11 @@ struct Fp8Bf16Z {
 
 void range_fp8_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                            float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  packed::range_bf16_z<Fp8Bf16Z>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  // Groups of 8 rows run the 24-accumulator tile (decode32_fp8_bf16).
+  if (n_rows >= 8)
+    packed::range_bf16_z<Fp8Bf16Z<true>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  else
+    packed::range_bf16_z<Fp8Bf16Z<false>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 #pragma GCC pop_options
