@@ -21,8 +21,8 @@ struct SamplingParams {
 };
 
 // (id, probability) pairs with probability > 0. sampling_distribution returns them in descending
-// probability (ties: ascending id) when top-k, top-p or min-p cut the vocabulary, else in id order
-// (no sort: a sampled token over 131072 logits took 1.6-1.9 ms, two thirds of it sorting and
+// logit (ties: ascending id) when top-k, top-p or min-p cut the vocabulary, else in id order (no
+// sort: a sampled token over 131072 logits took 1.6-1.9 ms, two thirds of it sorting and
 // std::exp).
 using Distribution = std::vector<std::pair<int32_t, double>>;
 
@@ -48,11 +48,12 @@ double exp_weights_ref(std::span<const float> x, float xmax, float t, double* w)
 
 // The distribution the sampler draws from, after temperature / top-k / top-p / min-p. Greedy
 // params give the one-hot distribution of the argmax. Without top-k: p[i] = w[i] / Σw
-// (exp_weights), then min-p keeps p >= min_p · max p, top-p the fewest most probable candidates
-// (descending, ties by id) whose p sum to >= top_p, and the kept are renormalised in that order.
-// With top-k: the top_k largest logits, their weights exp_neg as above summed in descending order.
-// An infinite largest logit (or none but NaN) gives the uniform distribution over the ids that
-// hold it (the argmax alone when every logit is NaN).
+// (exp_weights), then, over the candidates in descending logit (ties by id), min-p keeps the
+// prefix with p >= min_p · max p and top-p the shortest prefix whose p sum to >= top_p, and the
+// kept are renormalised in that order. With top-k: the top_k largest logits, their weights
+// exp_neg as above summed in that order, then min-p and top-p the same way. When the largest
+// logit that is not NaN is +inf or -inf, the distribution is uniform over the ids that hold it
+// (the argmax alone when every logit is NaN).
 Distribution sampling_distribution(std::span<const float> logits, const SamplingParams& p);
 
 // Inverse-CDF draw with one uniform from `rng`, in the distribution's order (the last candidate
