@@ -12,7 +12,9 @@
 // decode before and after 248748f, and the one-row tiles' blocks with the tiles' accumulator
 // chains (Zen 4: 1.64 ns a chained dot, i.e. 6 cycles; a zmm load 0.28, vbroadcasti64x4 0.27 and
 // 0.36 beside a dot; merged rows 0.85 against two tables 0.57; the bf16 block 0.32, the f32 block
-// 0.53; docs/PERFORMANCE.md, "Zen 4: NVFP4 bf16 pairs four apart"). Best of 9 runs each.
+// 0.53; docs/PERFORMANCE.md, "Zen 4: NVFP4 bf16 pairs four apart"). Then (Zen 5, 2026-12-06) the
+// FP8 decode's four instructions beside a dot product, and an 8-row FP8 chunk's mix.
+// Best of 9 runs each.
 // Not part of the build; run it by hand on a CPU with AVX512_BF16 and VBMI:
 //   g++ -O2 -std=c++20 -mavx512f -o /tmp/probe_ports tools/bench/probe_ports.cpp &&
 //   /tmp/probe_ports
@@ -42,7 +44,7 @@ double now() {
                      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", \
                        "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16",  \
                        "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", \
-                       "xmm25", "xmm26", "memory");                                            \
+                       "xmm25", "xmm26", "k1", "memory");                                      \
       best = std::min(best, now() - t0);                                                       \
     }                                                                                          \
     std::printf("%-44s %.3f ns\n", name, best / 1e7 / (per)*1e9);                              \
@@ -58,6 +60,21 @@ double now() {
 #define SY(i) "vpsrlvd %%ymm24, %%ymm25, %%ymm" #i "\n"
 #define SZ(i) "vpsrlvd %%zmm24, %%zmm25, %%zmm" #i "\n"
 #define VZ(i) "vpermps %%zmm24, %%zmm25, %%zmm" #i "\n"
+// The FP8 bf16 decode's four vector instructions (linear_fp8.cpp, decode32_fp8_bf16).
+#define SLLW(i) "vpsllw $4, %%zmm25, %%zmm" #i "\n"
+#define TERN(i) "vpternlogd $0xEA, %%zmm24, %%zmm25, %%zmm" #i "\n"
+#define SXBW(i) "vpmovsxbw %%ymm25, %%zmm" #i "\n"
+#define TSTB(i) "vptestnmb %%ymm24, %%ymm25, %%k1\n"
+// An 8-row FP8 chunk's shape at 7 rows (registers allow 21 accumulators here): three decodes
+// (sign-extend, shift, ternlog, test) and 21 dot products, ns per dot product.
+#define FP8_DECODE(t)                                                 \
+  "vpmovsxbw %%ymm25, %%zmm" #t "\n vpsllw $4, %%zmm" #t ", %%zmm" #t \
+  "\n vpternlogd $0xEA, %%zmm24, %%zmm25, %%zmm" #t "\n vptestnmb %%ymm24, %%ymm25, %%k1\n"
+#define SEVEN_DOTS(a, b, c, d, e, f, g) DZ(a) DZ(b) DZ(c) DZ(d) DZ(e) DZ(f) DZ(g)
+// The same, each dot product taking the decoded vector t (as the tile's do).
+#define DT(t, i) "vdpbf16ps %%zmm24, %%zmm" #t ", %%zmm" #i "\n"
+#define SEVEN_ON(t, a, b, c, d, e, f, g) \
+  DT(t, a) DT(t, b) DT(t, c) DT(t, d) DT(t, e) DT(t, f) DT(t, g)
 // 12 chains of accumulators (0-11), the other kind into 12-23.
 #define X12P(A, B)                                                                              \
   A(0)                                                                                          \
@@ -170,6 +187,16 @@ int main() {
   PROBE("zmm fma + vprolvq", 12, X12P(FZ, ROLQ))
   PROBE("zmm dot + 2 vbroadcasti64x4 + vpermw", 12, X12P(DZ, MERGED))
   PROBE("zmm dot + 2 zmm loads + vpermt2w", 12, X12P(DZ, TWO_TABLES))
+  PROBE("zmm dot + vpsllw zmm", 12, X12P(DZ, SLLW))
+  PROBE("zmm dot + vpternlogd zmm", 12, X12P(DZ, TERN))
+  PROBE("zmm dot + vpmovsxbw zmm, ymm", 12, X12P(DZ, SXBW))
+  PROBE("zmm dot + vptestnmb ymm", 12, X12P(DZ, TSTB))
+  PROBE("7 dots + an FP8 decode, per dot", 21,
+        FP8_DECODE(21) SEVEN_DOTS(0, 1, 2, 3, 4, 5, 6) FP8_DECODE(22) SEVEN_DOTS(
+            7, 8, 9, 10, 11, 12, 13) FP8_DECODE(23) SEVEN_DOTS(14, 15, 16, 17, 18, 19, 20))
+  PROBE("7 dots on an FP8 decode, per dot", 21,
+        FP8_DECODE(21) SEVEN_ON(21, 0, 1, 2, 3, 4, 5, 6) FP8_DECODE(22) SEVEN_ON(
+            22, 7, 8, 9, 10, 11, 12, 13) FP8_DECODE(23) SEVEN_ON(23, 14, 15, 16, 17, 18, 19, 20))
   PROBE("bf16 one-row block and output (srlv)", 32, EIGHT(BF16_BLOCK, y))
   PROBE("f32 one-row block and output (srlv)", 32, ZERO_ACC EIGHT(F32_BLOCK, z))
   std::printf("%-44s %.3f ns\n", "tile block, one fixed table row", blocks(false));
