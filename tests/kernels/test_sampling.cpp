@@ -268,7 +268,9 @@ TEST(SamplingDistribution, CandidateOrderIsLogitDescendingThenId) {
         const Distribution all = sampling_distribution(x, p);
         ASSERT_EQ(all.size(), x.size() - (one_binade ? 0 : 1));
         for (size_t i = 0, j = 0; i < x.size(); ++i)
-          if (one_binade || i != 14) ASSERT_EQ(all[j++].first, int32_t(i));
+          if (one_binade || i != 14) {
+            ASSERT_EQ(all[j++].first, int32_t(i));
+          }
       }
     }
   std::vector<float> y = {1.0f, NAN, 3.0f, NAN, 2.0f};
