@@ -753,6 +753,43 @@ template <class T, int R, int O, class Fin>
   }
 }
 
+// finish_tile_bf16 for tiles of 16+ (row, output) pairs: sixteen at a time through
+// finish_lanes16 (the same adds of the same operands in the same order as finish_lanes), the rest
+// one at a time; pair p = r * O + j. (Twenty-four scalar finishes after 84 chunks were a visible
+// part of an 8-row FP8 tile: docs/PERFORMANCE.md, 2026-12-06.)
+template <class T, int R, int O>
+[[gnu::always_inline]] inline void finish_tile_bf16_by16(const PackedWeight& w, const float* xt,
+                                                         float* y, int64_t ys, int64_t o,
+                                                         const __m512 (&acc)[R][O]) {
+  const int64_t K = w.cols, K32 = K - K % 32, KT = K - K32;
+  constexpr int P = R * O, P16 = P - P % 16;
+  typename T::Ref d;
+  d.init(w);
+  alignas(64) float t[P], post[P], out[16];
+#pragma GCC unroll 16
+  for (int j = 0; j < O; ++j) {
+    d.row(o + j);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      float s = 0.0f;
+      for (int64_t k = K32; k < K; ++k) s = std::fma(d.at(k), xt[r * KT + (k - K32)], s);
+      t[r * O + j] = s, post[r * O + j] = d.post();
+    }
+  }
+#pragma GCC unroll 2
+  for (int p0 = 0; p0 < P16; p0 += 16) {
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) a[i] = acc[(p0 + i) / O][(p0 + i) % O];
+    finish_lanes16(a, t + p0, post + p0, out);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) y[(p0 + i) / O * ys + o + (p0 + i) % O] = out[i];
+  }
+#pragma GCC unroll 16
+  for (int p = P16; p < P; ++p)
+    y[p / O * ys + o + p % O] = finish_lanes(acc[p / O][p % O], t[p], post[p]);
+}
+
 // R rows x O outputs [o, o + O). The accumulators leave the registers only once, through
 // `lanes` (indexing them in the finishing loop spilled them on every iteration of the main
 // loop).
@@ -817,7 +854,9 @@ template <class T, int R, int O>
     for (int j = 0; j < O; ++j) wv[j] = c[j].decode(k0);
     dots(k0, wv);
   }
-  if constexpr (T::kFinishInRegisters) {
+  if constexpr (R * O >= 16) {
+    finish_tile_bf16_by16<T, R, O>(w, xt, y, ys, o, acc);
+  } else if constexpr (T::kFinishInRegisters) {
     // Straight from the accumulators: NVFP4 4 rows 1.06x on Zen 4 (docs/PERFORMANCE.md).
     finish_tile_bf16<T, R, O>(w, xt, y, ys, o, [&](int r, int j, float t, float post) {
       return finish_lanes(acc[r][j], t, post);
