@@ -732,12 +732,10 @@ inline void prefetch_tile_bf16(const typename T::Cursor (&c)[O], int64_t k0) {
   c[0].template prefetch_next_tile<O, how == TilePrefetch::kNextTileL2>(k0 / T::kPrefetchK);
 }
 
-// The end of a tile: y(r, j) = fin(r, j, t, post), t the tail [K32, K) of row r and output
-// o + j, fin the canonical finish of its accumulated lanes (finish_lanes, as the f32 kernels
-// finish). The loops are unrolled so that fin may read accumulators in registers.
-template <class T, int R, int O, class Fin>
-[[gnu::always_inline]] inline void finish_tile_bf16(const PackedWeight& w, const float* xt,
-                                                    float* y, int64_t ys, int64_t o, Fin&& fin) {
+// tile_tails: visit(r, j, t, post) for every (r, j), t and post as finish_tile_bf16 takes them.
+template <class T, int R, int O, class Visit>
+[[gnu::always_inline]] inline void tile_tails(const PackedWeight& w, const float* xt, int64_t o,
+                                              Visit&& visit) {
   const int64_t K = w.cols, K32 = K - K % 32, KT = K - K32;
   typename T::Ref d;
   d.init(w);
@@ -748,9 +746,18 @@ template <class T, int R, int O, class Fin>
     for (int r = 0; r < R; ++r) {
       float t = 0.0f;
       for (int64_t k = K32; k < K; ++k) t = std::fma(d.at(k), xt[r * KT + (k - K32)], t);
-      y[r * ys + o + j] = fin(r, j, t, d.post());
+      visit(r, j, t, d.post());
     }
   }
+}
+// The end of a tile: y(r, j) = fin(r, j, t, post), t the tail [K32, K) of row r and output
+// o + j, fin the canonical finish of its accumulated lanes (finish_lanes, as the f32 kernels
+// finish). The loops are unrolled so that fin may read accumulators in registers.
+template <class T, int R, int O, class Fin>
+[[gnu::always_inline]] inline void finish_tile_bf16(const PackedWeight& w, const float* xt,
+                                                    float* y, int64_t ys, int64_t o, Fin&& fin) {
+  tile_tails<T, R, O>(
+      w, xt, o, [&](int r, int j, float t, float post) { y[r * ys + o + j] = fin(r, j, t, post); });
 }
 
 // finish_tile_bf16 for tiles of 16+ (row, output) pairs: sixteen at a time through
@@ -761,21 +768,10 @@ template <class T, int R, int O>
 [[gnu::always_inline]] inline void finish_tile_bf16_by16(const PackedWeight& w, const float* xt,
                                                          float* y, int64_t ys, int64_t o,
                                                          const __m512 (&acc)[R][O]) {
-  const int64_t K = w.cols, K32 = K - K % 32, KT = K - K32;
   constexpr int P = R * O, P16 = P - P % 16;
-  typename T::Ref d;
-  d.init(w);
   alignas(64) float t[P], post[P], out[16];
-#pragma GCC unroll 16
-  for (int j = 0; j < O; ++j) {
-    d.row(o + j);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      float s = 0.0f;
-      for (int64_t k = K32; k < K; ++k) s = std::fma(d.at(k), xt[r * KT + (k - K32)], s);
-      t[r * O + j] = s, post[r * O + j] = d.post();
-    }
-  }
+  tile_tails<T, R, O>(
+      w, xt, o, [&](int r, int j, float tr, float pr) { t[r * O + j] = tr, post[r * O + j] = pr; });
 #pragma GCC unroll 2
   for (int p0 = 0; p0 < P16; p0 += 16) {
     __m512 a[16];
