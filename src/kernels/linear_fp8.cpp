@@ -258,8 +258,9 @@ struct Fp8Bf16Z {
 
 void range_fp8_bf16_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                            float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  // Groups of 8 rows run the 24-accumulator tile (decode32_fp8_bf16).
-  if (n_rows >= 8)
+  // Groups of 8 rows run the 24-accumulator tile (decode32_fp8_bf16); more rows at a wide K go in
+  // groups of 4, whose tiles have registers to spare.
+  if (n_rows >= 8 && packed::bf16_row_group(n_rows, w.cols) == 8)
     packed::range_bf16_z<Fp8Bf16Z<true>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
   else
     packed::range_bf16_z<Fp8Bf16Z<false>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
