@@ -218,6 +218,12 @@ inline uint64_t candidate_key(float f, size_t i) {
 inline int32_t key_id(uint64_t k) {
   return int32_t(k & 0xFFFFFFFFu);
 }
+// Every candidate's key, in id order.
+std::vector<uint64_t> all_keys(std::span<const float> x) {
+  std::vector<uint64_t> keys(x.size());
+  for (size_t i = 0; i < x.size(); ++i) keys[i] = candidate_key(x[i], i);
+  return keys;
+}
 
 // The largest logit that is not NaN (-inf when there is none).
 __attribute__((target("avx2"))) float max_logit_avx2(std::span<const float> x) {
@@ -315,8 +321,7 @@ Distribution sampling_distribution(std::span<const float> logits, const Sampling
   if (p.top_k > 0 && size_t(p.top_k) < V) {
     // The top_k largest, their weights summed in descending order.
     const size_t keep = size_t(p.top_k);
-    std::vector<uint64_t> keys(V);
-    for (size_t i = 0; i < V; ++i) keys[i] = candidate_key(logits[i], i);
+    std::vector<uint64_t> keys = all_keys(logits);
     std::partial_sort(keys.begin(), keys.begin() + ptrdiff_t(keep), keys.end());
     Distribution d(keep);
     const double inv = 1.0 / double(p.temperature);
@@ -381,8 +386,7 @@ Distribution sampling_distribution(std::span<const float> logits, const Sampling
   Distribution d = ordered();
   Cut c = cut(d, p, pmax, keys.size() == V);
   if (!c.decided) {
-    keys.resize(V);
-    for (size_t i = 0; i < V; ++i) keys[i] = candidate_key(logits[i], i);
+    keys = all_keys(logits);
     d = ordered();
     c = cut(d, p, pmax, true);
   }
