@@ -96,7 +96,7 @@ TEST(ExpNeg, WithinOneUlpOfExp) {
   for (double x = -708.0; x <= 0.0; x += 0.0625) check(x);  // every reduction interval's edges
   for (double x : {-0x1p-60, -1e-300, -4.9e-324, -0.5 * std::log(2.0), -std::log(2.0), -707.9999})
     check(x);
-  EXPECT_LE(worst, 1.0) << "ulp";
+  EXPECT_LE(worst, 1.0) << "ulp";  // measured 1 against Debian 12's glibc (fixed points)
   EXPECT_GE(checked, 1000000 + 11329 + 6);
   EXPECT_EQ(exp_neg(0.0), 1.0);
   EXPECT_EQ(exp_neg(-0.0), 1.0);
@@ -228,7 +228,7 @@ TEST(SamplingDistribution, CutsEqualTheFullOrder) {
           ++checked;
         }
   EXPECT_EQ(checked, 4 * 3 * 5 * 4);
-  EXPECT_GE(short_lists, 100);  // most cases really cut
+  EXPECT_GE(short_lists, 180);  // most cases really cut (measured 206 of 240; fixed seeds)
 }
 
 // The candidates of a cut distribution come in descending logit, ties (including -0 / +0) by
