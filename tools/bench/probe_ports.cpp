@@ -13,7 +13,8 @@
 // chains (Zen 4: 1.64 ns a chained dot, i.e. 6 cycles; a zmm load 0.28, vbroadcasti64x4 0.27 and
 // 0.36 beside a dot; merged rows 0.85 against two tables 0.57; the bf16 block 0.32, the f32 block
 // 0.53; docs/PERFORMANCE.md, "Zen 4: NVFP4 bf16 pairs four apart"). Then (Zen 5, 2026-12-06) the
-// FP8 decode's four instructions beside a dot product, and an 8-row FP8 chunk's mix.
+// FP8 decode's four instructions beside a dot product, and an 8-row FP8 chunk's mix; (12-06) the
+// one-row NVFP4 chunk with each of its instructions left out.
 // Best of 9 runs each.
 // Not part of the build; run it by hand on a CPU with AVX512_BF16 and VBMI:
 //   g++ -O2 -std=c++20 -mavx512f -o /tmp/probe_ports tools/bench/probe_ports.cpp &&
@@ -60,6 +61,7 @@ double now() {
 #define SY(i) "vpsrlvd %%ymm24, %%ymm25, %%ymm" #i "\n"
 #define SZ(i) "vpsrlvd %%zmm24, %%zmm25, %%zmm" #i "\n"
 #define VZ(i) "vpermps %%zmm24, %%zmm25, %%zmm" #i "\n"
+#define P2Z(i) "vpermi2w %%zmm24, %%zmm25, %%zmm" #i "\n"
 // The FP8 bf16 decode's four vector instructions (linear_fp8.cpp, decode32_fp8_bf16).
 #define SLLW(i) "vpsllw $4, %%zmm25, %%zmm" #i "\n"
 #define TERN(i) "vpternlogd $0xEA, %%zmm24, %%zmm25, %%zmm" #i "\n"
@@ -156,6 +158,36 @@ alignas(64) float lines[16384];  // normal values (1.0): FMA chains over them ne
   "vxorps %%xmm20, %%xmm20, %%xmm20\n vxorps %%xmm21, %%xmm21, %%xmm21\n" \
   "vxorps %%xmm22, %%xmm22, %%xmm22\n vxorps %%xmm23, %%xmm23, %%xmm23\n"
 
+// (Zen 5, 2026-12-06) The one-row NVFP4 chunk of Nvfp4Bf16Z (scale words), 8 independent chunks
+// an iteration, everything in L1, and the same with one instruction left out or done another way
+// (docs/PERFORMANCE.md, "Zen 5, 12-06 early morning"): chunk i's codes in zmm i, its accumulator
+// zmm 10 + i, its two product rows in ymm 18-19 (20-21 where the rows are not loaded), x in zmm
+// 24, the shifts in 25, the ternary-logic operands 26-27 (values do not matter to the timing).
+#define NV_BC(i) "vbroadcasti64x2 " #i "*16(%0), %%zmm" #i "\n"
+#define NV_MV(i) "vmovdqa64 %%zmm27, %%zmm" #i "\n"
+#define NV_BQ(i) "vpbroadcastq " #i "*16(%0), %%zmm" #i "\n"
+#define NV_SV(i) "vpsrlvd %%zmm25, %%zmm" #i ", %%zmm" #i "\n"
+#define NV_TL(i) "vpternlogd $0xEA, %%zmm26, %%zmm27, %%zmm" #i "\n"
+#define NV_RL(i) "vmovdqa64 " #i "*64+1024(%0), %%ymm18\n vmovdqa64 " #i "*64+1056(%0), %%ymm19\n"
+#define NV_PM(i) "vpermi2w %%zmm18, %%zmm19, %%zmm" #i "\n"
+#define NV_PR(i) "vpermi2w %%zmm20, %%zmm21, %%zmm" #i "\n"
+#define NV_DT(i) "vdpbf16ps %%zmm24, %%zmm" #i ", %%zmm1" #i "\n"
+#define NV_X8(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
+#define NV_FULL(i) NV_BC(i) NV_SV(i) NV_TL(i) NV_RL(i) NV_PM(i) NV_DT(i)
+#define NV_NOBC(i) NV_MV(i) NV_SV(i) NV_TL(i) NV_RL(i) NV_PM(i) NV_DT(i)
+#define NV_NOSV(i) NV_BC(i) NV_TL(i) NV_RL(i) NV_PM(i) NV_DT(i)
+#define NV_NORL(i) NV_BC(i) NV_SV(i) NV_TL(i) NV_PR(i) NV_DT(i)
+#define NV_NOPM(i) NV_BC(i) NV_SV(i) NV_TL(i) NV_RL(i) NV_DT(i)
+#define NV_NODT(i) NV_BC(i) NV_SV(i) NV_TL(i) NV_RL(i) NV_PM(i)
+#define NV_QWORD(i) NV_BQ(i) NV_SV(i) NV_TL(i) NV_RL(i) NV_PM(i) NV_DT(i)
+// Four chunks' codes in one 64-byte load, each chunk's lane replicated by VSHUFI64X2.
+#define NV_SH(i, c, imm)                                                                     \
+  "vshufi64x2 $" #imm ", %%zmm" #c ", %%zmm" #c ", %%zmm" #i "\n" NV_SV(i) NV_TL(i) NV_RL(i) \
+      NV_PM(i) NV_DT(i)
+#define NV_FOUR(a, b, c, d, reg, off)                                               \
+  "vmovdqu64 " #off "(%0), %%zmm" #reg "\n" NV_SH(a, reg, 0x00) NV_SH(b, reg, 0x55) \
+      NV_SH(c, reg, 0xAA) NV_SH(d, reg, 0xFF)
+#define NV_BCP(i) "vbroadcasti64x2 " #i "*16(%0), %%zmm" #i "\n"
 }  // namespace
 
 int main() {
@@ -199,6 +231,25 @@ int main() {
             22, 7, 8, 9, 10, 11, 12, 13) FP8_DECODE(23) SEVEN_ON(23, 14, 15, 16, 17, 18, 19, 20))
   PROBE("bf16 one-row block and output (srlv)", 32, EIGHT(BF16_BLOCK, y))
   PROBE("f32 one-row block and output (srlv)", 32, ZERO_ACC EIGHT(F32_BLOCK, z))
+  PROBE("vdpbf16ps zmm (24 chains)", 24,
+        X12(DZ) DZ(12) DZ(13) DZ(14) DZ(15) DZ(16) DZ(17) DZ(18) DZ(19) DZ(20) DZ(21) DZ(22) DZ(23))
+  PROBE("vpermi2w zmm", 12, X12(P2Z))
+  PROBE("vpsrlvd zmm", 12, X12(SZ))
+  PROBE("vpternlogd zmm", 12, X12(TERN))
+  PROBE("vbroadcasti64x2 zmm, m128", 12, X12(NV_BCP))
+  PROBE("zmm dot + vpermi2w", 12, X12P(DZ, P2Z))
+  PROBE("zmm dot + vpsrlvd zmm", 12, X12P(DZ, SZ))
+  PROBE("zmm dot + vbroadcasti64x2", 12, X12P(DZ, NV_BCP))
+  PROBE("vpermi2w + vpsrlvd", 12, X12P(P2Z, SZ))
+  PROBE("NVFP4 one-row chunk", 8, NV_X8(NV_FULL))
+  PROBE("  without the broadcast (a register copy)", 8, NV_X8(NV_NOBC))
+  PROBE("  without VPSRLVD", 8, NV_X8(NV_NOSV))
+  PROBE("  without the row loads", 8, NV_X8(NV_NORL))
+  PROBE("  without VPERMI2W", 8, NV_X8(NV_NOPM))
+  PROBE("  without the dot product", 8, NV_X8(NV_NODT))
+  PROBE("  a qword broadcast (half the codes)", 8, NV_X8(NV_QWORD))
+  PROBE("  one 64-byte load + VSHUFI64X2 a chunk", 8,
+        NV_FOUR(0, 1, 2, 3, 8, 0) NV_FOUR(4, 5, 6, 7, 9, 64))
   std::printf("%-44s %.3f ns\n", "tile block, one fixed table row", blocks(false));
   std::printf("%-44s %.3f ns\n", "tile block, rows by random scale bytes", blocks(true));
 }
