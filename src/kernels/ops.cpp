@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/linear.h"
@@ -330,6 +332,23 @@ void relu2_inplace(float* x, int64_t n) {
 
 void axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = y[i] + a * x[i];
+}
+
+int64_t first_non_finite(const float* x, int64_t n) {
+  constexpr int64_t kBlock = 1024;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    uint32_t any = 0;
+    for (int64_t i = b; i < e; ++i) {
+      uint32_t u;
+      std::memcpy(&u, x + i, sizeof u);
+      any |= uint32_t((u & 0x7F800000u) == 0x7F800000u);  // exponent all ones: NaN or Inf
+    }
+    if (any)
+      for (int64_t i = b; i < e; ++i)
+        if (!std::isfinite(x[i])) return i;
+  }
+  return -1;
 }
 
 }  // namespace nemo::kernels

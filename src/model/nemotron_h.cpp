@@ -201,27 +201,32 @@ std::vector<ForwardResult> NemotronH::forward_batch(std::span<const BatchItem> i
     logit_rows += r.rows;
   }
 
-  // logits = lm_head(norm_f(h)) for each sequence's last row, or all its rows: one matmul.
+  // logits = lm_head(norm_f(h)) for each sequence's last row, or all its rows: one matmul, into
+  // the result itself when the pass has one sequence (no second 4 MB buffer and copy for a
+  // verify pass of 8 rows).
   const double t1 = profile ? now_seconds() : 0.0;
-  Buffer<float> hf(size_t(logit_rows * H)), logits(size_t(logit_rows * V));
+  Buffer<float> hf(size_t(logit_rows * H)), shared;
   for (int64_t q = 0, at = 0; q < int64_t(n); ++q) {
     const ForwardResult& r = out[size_t(q)];
     for (int64_t t = 0; t < r.rows; ++t, ++at)
       kernels::rms_norm(h.data() + (seqs[size_t(q)].row0 + r.first_row + t) * H, norm_f_.data(), H,
                         cfg_.norm_eps, hf.data() + at * H);
   }
+  Buffer<float>& logits = n == 1 ? out[0].logits : shared;
+  logits.resize(size_t(logit_rows * V));
   logits_from_hidden(hf.data(), logit_rows, logits.data(), tc);
   for (int64_t q = 0, at = 0; q < int64_t(n); ++q) {
     ForwardResult& r = out[size_t(q)];
-    r.logits.resize(size_t(r.rows * V));
-    std::copy_n(logits.data() + at * V, r.rows * V, r.logits.data());
+    if (n > 1) {
+      r.logits.resize(size_t(r.rows * V));
+      std::copy_n(logits.data() + at * V, r.rows * V, r.logits.data());
+    }
     // A NaN or Inf weight (embedding row, projection) surfaces here: refuse to sample from it.
-    for (int64_t i = 0; i < r.rows * V; ++i)
-      if (!std::isfinite(r.logits[size_t(i)]))
-        fail(
-            "{}: non-finite logits (row {}, token id {}): the checkpoint holds NaN or Inf values "
-            "on this path",
-            store_.dir(), r.first_row + i / V, i % V);
+    if (const int64_t i = kernels::first_non_finite(r.logits.data(), r.rows * V); i >= 0)
+      fail(
+          "{}: non-finite logits (row {}, token id {}): the checkpoint holds NaN or Inf values on "
+          "this path",
+          store_.dir(), r.first_row + i / V, i % V);
     if (items[size_t(q)].opt.want_hidden) {
       r.hidden.resize(size_t(r.rows * H));
       std::copy_n(hf.data() + at * H, r.rows * H, r.hidden.data());

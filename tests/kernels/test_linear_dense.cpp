@@ -322,6 +322,46 @@ TEST(Ops, Activations) {
   EXPECT_NEAR(silu(1.0f), 1.0f / (1.0f + std::exp(-1.0f)), 1e-7);
 }
 
+// first_non_finite is the first index std::isfinite rejects: at each position of a block and its
+// edges, for NaN (both signs, quiet and signalling), infinities, and values next to them that are
+// finite (the largest float, the smallest subnormal); -1 when there is none.
+TEST(Ops, FirstNonFinite) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> bad = {std::numeric_limits<float>::quiet_NaN(),
+                                  -std::numeric_limits<float>::quiet_NaN(),
+                                  std::numeric_limits<float>::signaling_NaN(),
+                                  inf,
+                                  -inf,
+                                  std::bit_cast<float>(0x7F800001u)};
+  std::vector<float> v(3000);
+  std::mt19937 g(9);
+  std::normal_distribution<float> nd;
+  for (auto& x : v) x = nd(g);
+  v[7] = std::numeric_limits<float>::max(), v[1100] = -std::numeric_limits<float>::max();
+  v[2000] = std::numeric_limits<float>::denorm_min();
+  const auto expect = [](const std::vector<float>& x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(x[size_t(i)])) return i;
+    return int64_t(-1);
+  };
+  int checked = 0;
+  for (const int64_t n : {0, 1, 1023, 1024, 1025, 3000}) {
+    EXPECT_EQ(first_non_finite(v.data(), n), -1) << "n=" << n;
+    for (const int64_t at : {0, 1, 511, 1022, 1023, 1024, 1025, 2047, 2048, 2999}) {
+      if (at >= n) continue;
+      for (const float b : bad) {
+        std::vector<float> x = v;
+        x[size_t(at)] = b;
+        if (at + 5 < n) x[size_t(at + 5)] = -inf;  // a later one does not hide the first
+        EXPECT_EQ(first_non_finite(x.data(), n), expect(x, n)) << "n=" << n << " at=" << at;
+        EXPECT_EQ(expect(x, n), at);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 6 * (1 + 4 + 5 + 6 + 10));  // n = 1, 1023, 1024, 1025, 3000
+}
+
 TEST(Numeric, Bf16F16Conversions) {
   for (uint32_t b = 0; b < 65536; ++b) {
     const float f = bf16_to_f32(uint16_t(b));
