@@ -284,30 +284,17 @@ inline float bf16_step(float w, float x, float acc) {
   const float v = std::fma(w, x, acc);
   return v != 0.0f && std::fabs(v) < 0x1p-126f ? 0.0f : v;
 }
+// A chunk's step of range_dense_bf16_ref: the weight's flush, then the fused step's.
+float dense_bf16_step(float w, float x, float acc) {
+  return bf16_step(daz_bf16_weight(w), x, acc);
+}
 
 }  // namespace
 
 void range_dense_bf16_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                           float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  const int64_t K = w.cols, K32 = K - K % 32;
-  const std::vector<float> xr = packed::rounded_rows_bf16(x, n_rows, x_stride, K);
-  std::vector<float> wr(size_t(std::max<int64_t>(1, K)));
-  for (int64_t o = o_begin; o < o_end; ++o) {
-    for (int64_t k = 0; k < K; ++k) wr[size_t(k)] = load_w(w, o * K + k);
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const float* xk = xr.data() + r * K;
-      float acc[16] = {};
-      for (int64_t k0 = 0; k0 < K32; k0 += 32)
-        for (int l = 0; l < 16; ++l)
-          for (const int64_t k : {k0 + 2 * l + 1, k0 + 2 * l})
-            acc[l] = bf16_step(daz_bf16_weight(wr[size_t(k)]), xk[k], acc[l]);
-      float v[8];
-      for (int l = 0; l < 8; ++l) v[l] = acc[l] + acc[l + 8];
-      float t = 0.0f;
-      for (int64_t k = K32; k < K; ++k) t = std::fma(wr[size_t(k)], xk[k], t);
-      y[r * y_stride + o] = (hsum8_fixed(v) + t) * 1.0f;
-    }
-  }
+  packed::range_bf16_ref<DenseRows<WeightFormat::BF16>, packed::k_order_element, dense_bf16_step>(
+      w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 // AVX-512 with AVX512_BF16: the packed formats' bf16 tiles (packed::range_bf16_z) over the

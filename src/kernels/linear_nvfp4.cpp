@@ -287,31 +287,8 @@ static_assert([] {
 
 void range_nvfp4_bf16_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                           float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  const int64_t K = w.cols, K32 = K - K % 32;
-  const std::vector<float> xr = packed::rounded_rows_bf16(x, n_rows, x_stride, K);
-  std::vector<float> wr(size_t(std::max<int64_t>(1, K)));
-  Nvfp4Ref d;
-  d.init(w);
-  for (int64_t o = o_begin; o < o_end; ++o) {
-    d.row(o);
-    for (int64_t k = 0; k < K; ++k) wr[size_t(k)] = d.at(k);
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const float* xk = xr.data() + r * K;
-      float acc[16] = {};
-      for (int64_t k0 = 0; k0 < K32; k0 += 32)
-        for (int l = 0; l < 16; ++l) {
-          const int64_t odd = k0 + bf16_word_element(2 * l + 1),
-                        even = k0 + bf16_word_element(2 * l);
-          acc[l] = std::fma(wr[size_t(odd)], xk[odd], acc[l]);
-          acc[l] = std::fma(wr[size_t(even)], xk[even], acc[l]);
-        }
-      float v[8];
-      for (int l = 0; l < 8; ++l) v[l] = acc[l] + acc[l + 8];
-      float t = 0.0f;
-      for (int64_t k = K32; k < K; ++k) t = std::fma(wr[size_t(k)], xk[k], t);
-      y[r * y_stride + o] = (hsum8_fixed(v) + t) * d.post();
-    }
-  }
+  packed::range_bf16_ref<Nvfp4Ref, bf16_word_element>(w, x, n_rows, x_stride, y, y_stride, o_begin,
+                                                      o_end);
 }
 
 #pragma GCC push_options

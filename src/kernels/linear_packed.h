@@ -279,6 +279,45 @@ inline std::vector<float> rounded_rows_bf16(const float* x, int64_t n_rows, int6
   return xr;
 }
 
+// The scalar reference of Arith::Bf16, every format's (its file states its word order and why its
+// steps are exact): D decodes output row o as range_ref's decoders do, x~ = rounded_rows_bf16, and
+// lane l (0..15) of each 32-weight chunk k0 < K32 = K - K % 32 takes element k0 + Element(2l + 1),
+// then k0 + Element(2l), each as acc[l] = Step(w', x~, acc[l]) (VDPBF16PS: the odd product first,
+// each sum rounded once); then v[l] = acc[l] + acc[l + 8], t = an fma chain over [K32, K) in k
+// order, and y = (hsum8_fixed(v) + t) * D::post().
+constexpr int k_order_element(int i) {
+  return i;
+}
+inline float fma_step(float w, float x, float acc) {
+  return std::fma(w, x, acc);
+}
+template <class D, int (*Element)(int), float (*Step)(float, float, float) = fma_step>
+void range_bf16_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                    float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
+  const int64_t K = w.cols, K32 = K - K % 32;
+  const std::vector<float> xr = rounded_rows_bf16(x, n_rows, x_stride, K);
+  std::vector<float> wr(size_t(std::max<int64_t>(1, K)));
+  D d;
+  d.init(w);
+  for (int64_t o = o_begin; o < o_end; ++o) {
+    d.row(o);
+    for (int64_t k = 0; k < K; ++k) wr[size_t(k)] = d.at(k);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const float* xk = xr.data() + r * K;
+      float acc[16] = {};
+      for (int64_t k0 = 0; k0 < K32; k0 += 32)
+        for (int l = 0; l < 16; ++l)
+          for (const int64_t k : {k0 + Element(2 * l + 1), k0 + Element(2 * l)})
+            acc[l] = Step(wr[size_t(k)], xk[k], acc[l]);
+      float v[8];
+      for (int l = 0; l < 8; ++l) v[l] = acc[l] + acc[l + 8];
+      float t = 0.0f;
+      for (int64_t k = K32; k < K; ++k) t = std::fma(wr[size_t(k)], xk[k], t);
+      y[r * y_stride + o] = (hsum8_fixed(v) + t) * d.post();
+    }
+  }
+}
+
 // Arith::Bf16 on AVX2 (no VDPBF16PS): x~ of one row laid out so that an 8-lane f32 vector takes
 // the pairs (T::pair_even(p) + T::kPairApart, T::pair_even(p)) of 16 consecutive elements as two
 // FMAs: each chunk of 32 at k0 as [x~(k0 + odd(p)) for p < 8, x~(k0 + even(p)) for p < 8, the
