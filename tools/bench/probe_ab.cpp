@@ -152,7 +152,8 @@ int main(int argc, char** argv) {
   pass(probe_ab_a, ws[0], ya.data());
   pass(probe_ab_b, ws[0], yb.data());
   const bool same = std::memcmp(ya.data(), yb.data(), ya.size() * sizeof(float)) == 0;
-  const double gb = double(bytes) / 1e9, bw_after = nemo::kernels::measure_read_bandwidth(tc);
+  const double gb = double(bytes + (nvfp4 ? bytes / 8 : 0)) / 1e9,  // NVFP4: codes and scales
+      bw_after = nemo::kernels::measure_read_bandwidth(tc);
   std::printf(
       "%s %lld x %lld, %lld rows, %d threads, %d copies, %d pairs; membw %.1f / %.1f GB/s"
       " before / after%s\n",
