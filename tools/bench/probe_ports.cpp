@@ -187,7 +187,6 @@ alignas(64) float lines[16384];  // normal values (1.0): FMA chains over them ne
 #define NV_FOUR(a, b, c, d, reg, off)                                               \
   "vmovdqu64 " #off "(%0), %%zmm" #reg "\n" NV_SH(a, reg, 0x00) NV_SH(b, reg, 0x55) \
       NV_SH(c, reg, 0xAA) NV_SH(d, reg, 0xFF)
-#define NV_BCP(i) "vbroadcasti64x2 " #i "*16(%0), %%zmm" #i "\n"
 }  // namespace
 
 int main() {
@@ -236,10 +235,10 @@ int main() {
   PROBE("vpermi2w zmm", 12, X12(P2Z))
   PROBE("vpsrlvd zmm", 12, X12(SZ))
   PROBE("vpternlogd zmm", 12, X12(TERN))
-  PROBE("vbroadcasti64x2 zmm, m128", 12, X12(NV_BCP))
+  PROBE("vbroadcasti64x2 zmm, m128", 12, X12(NV_BC))
   PROBE("zmm dot + vpermi2w", 12, X12P(DZ, P2Z))
   PROBE("zmm dot + vpsrlvd zmm", 12, X12P(DZ, SZ))
-  PROBE("zmm dot + vbroadcasti64x2", 12, X12P(DZ, NV_BCP))
+  PROBE("zmm dot + vbroadcasti64x2", 12, X12P(DZ, NV_BC))
   PROBE("vpermi2w + vpsrlvd", 12, X12P(P2Z, SZ))
   PROBE("NVFP4 one-row chunk", 8, NV_X8(NV_FULL))
   PROBE("  without the broadcast (a register copy)", 8, NV_X8(NV_NOBC))
