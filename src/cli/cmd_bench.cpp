@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -111,6 +112,9 @@ struct Bench {
   nlohmann::json j;
   size_t state_bytes = 0;
   double decode_tok_s = 0;
+  // --membw: the read probe before each repetition of plain() and after the last, and each
+  // repetition's decode seconds, so that every repetition meets the bandwidth of its own minutes.
+  std::vector<double> probes_gb_s{}, decode_s{};
 
   engine::GenerateRequest request(int64_t max_tokens) const { return request(max_tokens, prompt); }
   static engine::GenerateRequest request(int64_t max_tokens, const std::vector<int32_t>& p) {
@@ -154,7 +158,10 @@ struct Bench {
       return std::pair{t, faults};
     };
     model::ForwardProfile pf_prof, dec_prof;
+    std::optional<kernels::ReadProbe> probe;
+    if (o.membw) probe.emplace();
     for (int rep = 0; rep < std::max(1, o.reps); ++rep) {
+      if (probe) probes_gb_s.push_back(probe->measure(tc));
       engine::Generator g(m, tc);
       g.begin(request(o.gen + 1));
       g.set_profile(&pf_prof);
@@ -165,8 +172,10 @@ struct Bench {
         while (!g.done()) g.step();
       });
       if (o.gen > 0 && t_dec < best_dec) best_dec = t_dec, dec_faults = f_dec;
+      decode_s.push_back(t_dec);
       state_bytes = g.state().bytes();
     }
+    if (probe) probes_gb_s.push_back(probe->measure(tc));
     const double pf_tps = double(prompt.size()) / best_pf;
     decode_tok_s = o.gen > 0 ? double(o.gen) / best_dec : 0.0;
     const double dec_gb = double(m.decode_bytes_per_token()) / 1e9;
@@ -174,6 +183,7 @@ struct Bench {
     j["prefill_tok_s"] = pf_tps;
     j["decode_tokens"] = o.gen;
     j["decode_tok_s"] = decode_tok_s;
+    j["decode_runs_s"] = decode_s;  // every repetition's --gen steps, in order
     j["decode_gb_per_token"] = dec_gb;
     j["decode_gb_s"] = dec_gb * decode_tok_s;
     j["prefill_major_faults"] = pf_faults;  // of the repetitions reported
@@ -212,15 +222,38 @@ struct Bench {
     std::fflush(stdout);
   }
 
+  // The best decode repetition against the best probe (the machine at its fastest, both ways),
+  // and each repetition against the mean of the probes just before and after it: on a host whose
+  // bandwidth drifts by half within minutes (Zen 5 VM, 2026-12-06: 33-63 GB/s) a probe taken at
+  // another time says little about the minutes a decode ran in.
   void roofline() {
     const double dec_gb = double(m.decode_bytes_per_token()) / 1e9;
-    const double bw = kernels::measure_read_bandwidth(tc);
+    const double bw = *std::max_element(probes_gb_s.begin(), probes_gb_s.end());
+    std::vector<double> paired;
+    for (size_t i = 0; i < decode_s.size() && o.gen > 0; ++i)
+      paired.push_back(double(o.gen) / decode_s[i] * dec_gb /
+                       ((probes_gb_s[i] + probes_gb_s[i + 1]) / 2));
     j["read_bandwidth_gb_s"] = bw;
+    j["read_bandwidth_probes_gb_s"] = probes_gb_s;
     j["roofline_tok_s"] = bw / dec_gb;
     j["roofline_fraction"] = decode_tok_s * dec_gb / bw;
-    if (!o.json)
-      std::printf("roofline   read bandwidth %.1f GB/s -> %.2f tok/s; decode reaches %.0f%%\n", bw,
-                  bw / dec_gb, 100.0 * decode_tok_s * dec_gb / bw);
+    if (!paired.empty())
+      j["roofline_fraction_paired"] = {{"median", median(paired)},
+                                       {"min", *std::min_element(paired.begin(), paired.end())},
+                                       {"max", *std::max_element(paired.begin(), paired.end())},
+                                       {"runs", paired}};
+    if (o.json) return;
+    std::printf(
+        "roofline   read bandwidth %.1f GB/s (best of %zu probes, one before each repetition and "
+        "one after the last) -> %.2f tok/s; decode reaches %.0f%% (best against best)\n",
+        bw, probes_gb_s.size(), bw / dec_gb, 100.0 * decode_tok_s * dec_gb / bw);
+    if (!paired.empty())
+      std::printf(
+          "           each repetition against the probes around it: median %.0f%% (%.0f-%.0f%%; "
+          "probes %.1f-%.1f GB/s)\n",
+          100 * median(paired), 100 * *std::min_element(paired.begin(), paired.end()),
+          100 * *std::max_element(paired.begin(), paired.end()),
+          *std::min_element(probes_gb_s.begin(), probes_gb_s.end()), bw);
   }
 
   // Cost of one target forward of width w (recorded, as a verify round is) after the prompt, and
@@ -641,7 +674,9 @@ std::vector<Command> make_bench_command() {
     s->add_option("--kv-cache", bo->kv_cache, "KV-cache storage: f32 | bf16 | fp8")
         ->capture_default_str();
     add_arith_option(s, bo->arith);
-    s->add_flag("--membw", bo->membw, "Also measure memory read bandwidth (roofline)");
+    s->add_flag("--membw", bo->membw,
+                "Also measure memory read bandwidth (roofline): a probe before each repetition "
+                "and after the last");
     s->add_flag("--no-mmap", bo->no_mmap,
                 "Read the checkpoint into memory at load instead of mapping it (the time is in "
                 "load_s)");

@@ -99,10 +99,13 @@ int64_t run_dot_peak(Arith a, Isa isa, int64_t rounds) {
   return kChains * rounds * p.peak.macs_per_instruction;
 }
 
-double measure_read_bandwidth(const ThreadConfig& tc) {
-  const size_t n = (size_t(1) << 30) / sizeof(float);
-  Buffer<float> buf(n);
-  for (size_t i = 0; i < n; i += 1024) buf[i] = float(i);
+ReadProbe::ReadProbe() : buf_((size_t(1) << 30) / sizeof(float)) {
+  for (size_t i = 0; i < buf_.size(); i += 1024) buf_[i] = float(i);
+}
+
+double ReadProbe::measure(const ThreadConfig& tc) {
+  const size_t n = buf_.size();
+  const Buffer<float>& buf = buf_;
   double best = 0, sink = 0;
   const int64_t blocks = int64_t(n / 4096);
   for (int rep = 0; rep < 3; ++rep) {
@@ -118,6 +121,10 @@ double measure_read_bandwidth(const ThreadConfig& tc) {
   }
   if (sink < 0) std::printf(" ");  // keep the reads observable
   return best;
+}
+
+double measure_read_bandwidth(const ThreadConfig& tc) {
+  return ReadProbe().measure(tc);
 }
 
 }  // namespace nemo::kernels

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 
+#include "base/memory.h"
 #include "base/threads.h"
 #include "kernels/linear.h"
 
@@ -23,6 +24,16 @@ int64_t run_dot_peak(Arith a, Isa isa, int64_t rounds);
 
 // The read bandwidth the decode kernels are held against (bench --membw, the roofline): `dot`
 // over a 1 GiB buffer (larger than any cache) in 16 KB blocks on tc's threads; best of 3, GB/s.
-double measure_read_bandwidth(const ThreadConfig& tc);
+// A ReadProbe keeps its buffer, so that it can be measured again and again beside the timed work
+// (on a VM the first touch of 1 GiB costs seconds) rather than once at another time.
+class ReadProbe {
+ public:
+  ReadProbe();
+  double measure(const ThreadConfig& tc);
+
+ private:
+  Buffer<float> buf_;
+};
+double measure_read_bandwidth(const ThreadConfig& tc);  // a ReadProbe measured once
 
 }  // namespace nemo::kernels

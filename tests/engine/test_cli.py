@@ -91,7 +91,7 @@ with tempfile.TemporaryDirectory() as d:
     b = os.path.join(d, "b")
     run(["synth", "--preset", "tiny-b", "--out", b, "--quiet"])
     bench = run(["bench", "-m", m, "--prompt-tokens", "8", "--gen", "4", "--json", "--spec", "oracle",
-                 "--gammas", "2", "--verify-curve", "--reps", "3"])
+                 "--gammas", "2", "--verify-curve", "--reps", "3", "--membw"])
     ok = bench.returncode == 0
     if ok:
         j = json.loads(bench.stdout)
@@ -116,6 +116,15 @@ with tempfile.TemporaryDirectory() as d:
                 1e-9 * e["compute_floor_relative"] for e in c) and \
             all(e["matrix_floor_relative"] >= max(e["floor_relative"], e["compute_floor_relative"]) * (1 - 1e-9)
                 for e in c)
+        # --membw: a probe before each of the 3 repetitions and one after the last; the headline
+        # bandwidth is their best, and each repetition is held against the two probes around it.
+        p, rp = j["read_bandwidth_probes_gb_s"], j["roofline_fraction_paired"]
+        ok = ok and len(p) == 4 and min(p) > 0 and j["read_bandwidth_gb_s"] == max(p) and \
+            len(rp["runs"]) == 3 and rp["min"] == min(rp["runs"]) and rp["max"] == max(rp["runs"]) and \
+            rp["median"] == sorted(rp["runs"])[1] and len(j["decode_runs_s"]) == 3 and \
+            all(abs(rp["runs"][i] - 4 / j["decode_runs_s"][i] * j["decode_gb_per_token"] / ((p[i] + p[i + 1]) / 2))
+                <= 1e-9 * rp["runs"][i] for i in range(3)) and \
+            abs(j["roofline_fraction"] - j["decode_tok_s"] * j["decode_gb_per_token"] / max(p)) <= 1e-9
     check("bench json", ok, bench.stdout[-500:] + bench.stderr)
 
     # Bad input: one clear message, exit 1.
