@@ -31,7 +31,13 @@ Mamba2Weights Mamba2Weights::bind(const WeightBinder& b, const layout::Block& L,
   if (w.dims.N > 512) fail("ssm_state_size {} > 512 is not supported", w.dims.N);
   w.in_proj = b.linear(L.at(Role::MambaInProj));
   w.out_proj = b.linear(L.at(Role::MambaOutProj));
-  w.conv_w = b.values(L.at(Role::MambaConv));
+  // By tap, so that each tap's loop over channels reads its weights in a row (vectorized; [CD, K]
+  // took them K floats apart).
+  const std::vector<float> conv = b.values(L.at(Role::MambaConv));
+  w.conv_taps.resize(conv.size());
+  for (int64_t ch = 0; ch < w.dims.CD; ++ch)
+    for (int64_t k = 0; k < w.dims.K; ++k)
+      w.conv_taps[size_t(k * w.dims.CD + ch)] = conv[size_t(ch * w.dims.K + k)];
   const layout::TensorSpec* bias = L.find(Role::MambaConvBias);
   w.conv_b = bias ? b.values(*bias) : std::vector<float>(size_t(w.dims.CD), 0.0f);
   w.dt_bias = b.values(L.at(Role::MambaDtBias));
@@ -54,7 +60,8 @@ void conv1d_silu(const Mamba2Weights& w, const float* window, const ProjRows& ra
   // documents), each step a loop over the block's channels that the compiler vectorizes (the taps
   // as the inner loop took ~9 ns a channel); blocks of 2048 / T channels, so a decode step's 6144
   // run on two threads. Per 52-layer Mamba layer, 2 threads, Zen 5: T = 1 46 -> 38 us and T = 8
-  // 285 -> 232 us by the grain, then 33-37 and 143-209 us by the channel loops.
+  // 285 -> 232 us by the grain, then 33-37 and 143-209 us by the channel loops; the weights by tap
+  // (conv_taps) T = 8 130 -> 109 us (tools/bench/probe_scan.cpp, 2026-12-06), the rest is SiLU.
   parallel_for(tc, d.CD, std::max<int64_t>(256, 2048 / T), [&](int64_t c0, int64_t c1) {
     for (int64_t t = 0; t < T; ++t) {
       float* o = out + t * d.CD;
@@ -62,8 +69,8 @@ void conv1d_silu(const Mamba2Weights& w, const float* window, const ProjRows& ra
       for (int64_t k = 0; k < d.K; ++k) {
         const int64_t src = t - KW + k;  // < 0: a row of the window
         const float* v = src < 0 ? window + (KW + src) * d.CD : raw.xBC(src);
-        const float* wk = w.conv_w.data() + k;
-        for (int64_t ch = c0; ch < c1; ++ch) o[ch] = o[ch] + wk[ch * d.K] * v[ch];
+        const float* wk = w.conv_taps.data() + k * d.CD;
+        for (int64_t ch = c0; ch < c1; ++ch) o[ch] = o[ch] + wk[ch] * v[ch];
       }
       for (int64_t ch = c0; ch < c1; ++ch) o[ch] = kernels::silu(o[ch]);
     }

@@ -56,7 +56,8 @@ struct Mamba2Weights {
   Mamba2Dims dims;
   Linear in_proj;                    // [DP, H]: z | xBC | dt
   Linear out_proj;                   // [H, DI]
-  std::vector<float> conv_w;         // [CD, K]: tap K-1 multiplies the newest row
+  std::vector<float> conv_taps;      // [K, CD] (the checkpoint's [CD, 1, K] by tap): tap K-1
+                                     // multiplies the newest row
   std::vector<float> conv_b;         // [CD] (zeros if the config has no conv bias)
   std::vector<float> dt_bias, A, D;  // [NH]; A = -exp(A_log)
   std::vector<float> norm_w;         // [DI] gated grouped RMSNorm weight

@@ -166,7 +166,7 @@ Mamba2Weights mamba_weights(const MambaShape& s, uint64_t seed, int64_t H = 0) {
   Mamba2Weights w;
   w.dims = dims_of(s, H);
   const Mamba2Dims& d = w.dims;
-  w.conv_w = uniform(size_t(d.CD * d.K), sub(seed, 1), -0.6, 0.6);
+  w.conv_taps = uniform(size_t(d.CD * d.K), sub(seed, 1), -0.6, 0.6);
   w.conv_b = uniform(size_t(d.CD), sub(seed, 2), -0.2, 0.2);
   w.dt_bias = uniform(size_t(d.NH), sub(seed, 3), -3.0, 0.0);
   const auto a_log = uniform(size_t(d.NH), sub(seed, 4), -1.0, 1.5);
@@ -190,7 +190,7 @@ Vec conv_ref(const Mamba2Weights& w, const float* window, Raw raw, int64_t T) {
       for (int64_t k = 0; k < d.K; ++k) {
         const int64_t s = t - (d.K - 1) + k;
         const double v = s < 0 ? window[(d.K - 1 + s) * d.CD + c] : raw(s, c);
-        acc += double(w.conv_w[size_t(c * d.K + k)]) * v;
+        acc += double(w.conv_taps[size_t(k * d.CD + c)]) * v;
       }
       out[size_t(t * d.CD + c)] = silu_d(acc);
     }
@@ -296,7 +296,7 @@ TEST(BlockConv, Conv1dSiluMatchesScalar) {
               for (int64_t k = 0; k < d.K; ++k) {
                 const int64_t src = t - (d.K - 1) + k;
                 const float v = src < 0 ? window[size_t((d.K - 1 + src) * d.CD + c)] : float(raw(src, c));
-                acc = acc + w.conv_w[size_t(c * d.K + k)] * v;
+                acc = acc + w.conv_taps[size_t(k * d.CD + c)] * v;
               }
               f32[size_t(t * d.CD + c)] = acc / (1.0f + std::exp(-acc));
             }

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   Mamba2Dims& d = w.dims;
   d.H = 2688, d.NH = 64, d.P = 64, d.G = 8, d.N = 128, d.K = 4;
   d.DI = d.NH * d.P, d.CD = d.DI + 2 * d.G * d.N, d.DP = d.DI + d.CD + d.NH;
-  w.conv_w = rnd(size_t(d.CD * d.K), 1, -0.5f, 0.5f);
+  w.conv_taps = rnd(size_t(d.CD * d.K), 1, -0.5f, 0.5f);
   w.conv_b = rnd(size_t(d.CD), 2, -0.1f, 0.1f);
   w.A = rnd(size_t(d.NH), 3, -2.0f, -0.5f);
   w.D = rnd(size_t(d.NH), 4, 0.5f, 1.5f);
