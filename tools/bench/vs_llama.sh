@@ -246,12 +246,14 @@ for f in sorted(glob.glob(f"{run}/llama_r*.json")):
         best = max(t["samples_ts"]) if t.get("samples_ts") else t["avg_ts"]
         llama.setdefault((t["n_threads"], kind), []).append(best)
 nem, bw, bpt, isa, pattern = {}, {}, None, None, None
+paired = {}  # (threads, arith) -> nemotron's repetitions, each against its own probes around it
 for f in sorted(glob.glob(f"{run}/nemotron_r*_t*.json")):
     j = json.load(open(f))
     th, ar = j["threads"], j.get("arith", "f32")
     nem.setdefault((th, ar, "pp"), []).append(j["prefill_tok_s"])
     nem.setdefault((th, ar, "tg"), []).append(j["decode_tok_s"])
     bw[th] = max(bw.get(th, 0.0), j["read_bandwidth_gb_s"])
+    paired.setdefault((th, ar), []).extend(j.get("roofline_fraction_paired", {}).get("runs", []))
     bpt, isa, pattern = j["decode_gb_per_token"], j["isa"], j["layers"]
 
 med = lambda v: statistics.median(v) if v else float("nan")
@@ -281,6 +283,15 @@ for th in sorted(bw):
         for ar in ariths:
             a = ", ".join(f"{v:.2f}" for v in nem.get((th, ar, kind), []))
             print(f"per round  t={th} {name:7s} nemotron {ar} [{a}]  llama.cpp [{b}]")
+# The table's share holds every run against the best probe of all rounds; bench --membw also holds
+# each of nemotron's repetitions against the probes just before and after it (the bandwidth of
+# its own minutes, which drifts by half on these VMs).
+if any(paired.values()):
+    print()
+    for (th, ar), v in sorted(paired.items()):
+        if v:
+            print(f"paired     t={th} nemotron {ar}: each repetition against the probes around it, "
+                  f"median {100 * med(v):.0f} % ({100 * min(v):.0f}-{100 * max(v):.0f} %, {len(v)} repetitions)")
 # Interference on a shared machine only ever slows a run down, so each engine's fastest round is
 # the other estimate worth reading next to the median.
 print()
