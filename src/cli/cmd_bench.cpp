@@ -237,11 +237,11 @@ struct Bench {
     j["read_bandwidth_probes_gb_s"] = probes_gb_s;
     j["roofline_tok_s"] = bw / dec_gb;
     j["roofline_fraction"] = decode_tok_s * dec_gb / bw;
+    const double mid = paired.empty() ? 0.0 : median(paired);
+    const auto [lo, hi] = std::minmax_element(paired.begin(), paired.end());
     if (!paired.empty())
-      j["roofline_fraction_paired"] = {{"median", median(paired)},
-                                       {"min", *std::min_element(paired.begin(), paired.end())},
-                                       {"max", *std::max_element(paired.begin(), paired.end())},
-                                       {"runs", paired}};
+      j["roofline_fraction_paired"] = {
+          {"median", mid}, {"min", *lo}, {"max", *hi}, {"runs", paired}};
     if (o.json) return;
     std::printf(
         "roofline   read bandwidth %.1f GB/s (best of %zu probes, one before each repetition and "
@@ -251,8 +251,7 @@ struct Bench {
       std::printf(
           "           each repetition against the probes around it: median %.0f%% (%.0f-%.0f%%; "
           "probes %.1f-%.1f GB/s)\n",
-          100 * median(paired), 100 * *std::min_element(paired.begin(), paired.end()),
-          100 * *std::max_element(paired.begin(), paired.end()),
+          100 * mid, 100 * *lo, 100 * *hi,
           *std::min_element(probes_gb_s.begin(), probes_gb_s.end()), bw);
   }
 

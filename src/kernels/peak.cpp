@@ -105,7 +105,6 @@ ReadProbe::ReadProbe() : buf_((size_t(1) << 30) / sizeof(float)) {
 
 double ReadProbe::measure(const ThreadConfig& tc) {
   const size_t n = buf_.size();
-  const Buffer<float>& buf = buf_;
   double best = 0, sink = 0;
   const int64_t blocks = int64_t(n / 4096);
   for (int rep = 0; rep < 3; ++rep) {
@@ -113,7 +112,7 @@ double ReadProbe::measure(const ThreadConfig& tc) {
     const double t0 = now_seconds();
     parallel_for(tc, blocks, 1, [&](int64_t b, int64_t e) {
       for (int64_t blk = b; blk < e; ++blk)
-        part[size_t(blk)] = double(dot(buf.data() + blk * 4096, buf.data() + blk * 4096, 4096));
+        part[size_t(blk)] = double(dot(buf_.data() + blk * 4096, buf_.data() + blk * 4096, 4096));
     });
     const double dt = now_seconds() - t0;
     best = std::max(best, double(n * sizeof(float)) / dt / 1e9);
