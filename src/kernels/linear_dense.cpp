@@ -207,7 +207,7 @@ struct DenseAvx512 : DenseRows<F> {
   // on 12-01), 10240 x 4096 5.6 -> 4.1 ms; 2 / 4 rows 10304 x 2688 4.1-4.7 / 4.5-5.0 -> 3.0-3.3 /
   // 3.0-3.2 ms against row by row into L1 (the next tile into L1 was slower still).
   static constexpr int kNextTileRows = 0;
-  static constexpr int kNextTileL2Rows = packed::kMaxRowsZ;  // every tile
+  static constexpr int kNextTileL2Rows = packed::kMaxRowsZIntel;  // every tile
   template <int O, bool L2>
   void prefetch_next_tile(int64_t step) const {
     packed::prefetch_lines<int(O * es), L2>(p + O * K * es, step);
@@ -231,33 +231,34 @@ struct DenseAvx512 : DenseRows<F> {
 
 }  // namespace
 
-template <int64_t WideRows>
+template <int64_t WideRows, int MaxRows>
 void range_dense_avx512_from(const PackedWeight& w, const float* x, int64_t n_rows,
                              int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
                              int64_t o_end) {
   switch (w.format) {
     case WeightFormat::BF16:
-      return packed::range_avx512<DenseAvx512<WeightFormat::BF16>, WideRows>(
+      return packed::range_avx512<DenseAvx512<WeightFormat::BF16>, WideRows, MaxRows>(
           w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
     case WeightFormat::F16:
-      return packed::range_avx512<DenseAvx512<WeightFormat::F16>, WideRows>(
+      return packed::range_avx512<DenseAvx512<WeightFormat::F16>, WideRows, MaxRows>(
           w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
     default:
-      return packed::range_avx512<DenseAvx512<WeightFormat::F32>, WideRows>(
+      return packed::range_avx512<DenseAvx512<WeightFormat::F32>, WideRows, MaxRows>(
           w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
   }
 }
 
 void range_dense_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                         float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  range_dense_avx512_from<DenseAvx512<WeightFormat::BF16>::kWideRows>(w, x, n_rows, x_stride, y,
-                                                                      y_stride, o_begin, o_end);
+  range_dense_avx512_from<DenseAvx512<WeightFormat::BF16>::kWideRows, packed::kMaxRowsZ>(
+      w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 void range_dense_avx512_wide(const PackedWeight& w, const float* x, int64_t n_rows,
                              int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
                              int64_t o_end) {
-  range_dense_avx512_from<32>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  range_dense_avx512_from<32, packed::kMaxRowsZIntel>(w, x, n_rows, x_stride, y, y_stride, o_begin,
+                                                      o_end);
 }
 
 // ---- bf16 weights with bf16 activations (Arith::Bf16) ----

@@ -93,7 +93,7 @@ struct Fp8Avx512 : Fp8Ref {
   // 41216 x 2688, 2 rows 8932-9203 -> 7759-9035 us than row by row, 4 rows equal (10543-11865 /
   // 10165-12261: FMA-bound); Zen 4, 2026-12-04.
   static constexpr int kNextTileRows = 1;
-  static constexpr int kNextTileL2Rows = packed::kMaxRowsZ;  // every tile of 2+ rows
+  static constexpr int kNextTileL2Rows = packed::kMaxRowsZIntel;  // every tile of 2+ rows
   template <int O, bool L2>
   void prefetch_next_tile(int64_t step) const {
     packed::prefetch_lines<O, L2>(rd + O * K, step);
@@ -114,7 +114,8 @@ struct Fp8Avx512 : Fp8Ref {
 
 void range_fp8_avx512_wide(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                            float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  packed::range_avx512<Fp8Avx512, 16>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  packed::range_avx512<Fp8Avx512, 16, packed::kMaxRowsZIntel>(w, x, n_rows, x_stride, y, y_stride,
+                                                              o_begin, o_end);
 }
 void range_fp8_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                       float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {

@@ -16,7 +16,8 @@ void range_dense_avx2(const PackedWeight&, const float*, int64_t, int64_t, float
 void range_dense_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                         int64_t, int64_t);
 // The same bits, passes of 32+ rows decoding the weights to f32 once (range_wide_z): on an Intel
-// Xeon (bf16 4096 x 2688) 1.13x faster at 32 rows, 1.25x at 64, 1.6x at 512 (docs/PERFORMANCE.md).
+// Xeon (bf16 4096 x 2688) 1.13x faster at 32 rows, 1.25x at 64, 1.6x at 512 (docs/PERFORMANCE.md);
+// and 8-row passes as one tile (packed::kMaxRowsZIntel).
 void range_dense_avx512_wide(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                              int64_t, int64_t);
 void dequantize_row_dense(const PackedWeight& w, int64_t o, float* out);
@@ -41,6 +42,8 @@ void range_nvfp4_ref(const PackedWeight&, const float*, int64_t, int64_t, float*
                      int64_t);
 void range_nvfp4_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,
                       int64_t);
+// Intel: 1-2-row tiles multiply E2M1 by the scale, 8-row passes run as one tile
+// (packed::kMaxRowsZIntel).
 void range_nvfp4_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                         int64_t, int64_t);
 // The same bits, every tile decoding through the product table (faster on AMD: Zen 4 and Zen 5).
@@ -70,7 +73,8 @@ void range_fp8_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*,
 void range_fp8_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,
                       int64_t);
 // The same bits, passes of 16+ rows decoding the weights to f32 once (range_wide_z): on an Intel
-// Xeon 1.06x faster at 16 rows, 1.2-1.4x at 64-256 (docs/PERFORMANCE.md).
+// Xeon 1.06x faster at 16 rows, 1.2-1.4x at 64-256 (docs/PERFORMANCE.md); and 8-row passes as one
+// tile (packed::kMaxRowsZIntel).
 void range_fp8_avx512_wide(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                            int64_t, int64_t);
 void dequantize_row_fp8(const PackedWeight& w, int64_t o, float* out);

@@ -160,7 +160,7 @@ struct Nvfp4Avx512 : Nvfp4Ref {
   // (kNextTileRows; docs/PERFORMANCE.md); the 5-7-row tiles too: 131072 x 2688 f32, two passes at
   // once, Zen 4, 5 / 6 / 7 rows 32.9-33.4 / 39.0-39.2 / 45.5-45.6 ms against the next tile into L2
   // 34.2-36.7 / 41.2-43.0 / 48.1-49.5 (2026-12-05).
-  static constexpr int kNextTileRows = packed::kMaxRowsZ;
+  static constexpr int kNextTileRows = packed::kMaxRowsZIntel;
   template <int O, bool L2>
   void prefetch_next_tile(int64_t step) const {
     static_assert(O % 4 == 0);
@@ -228,7 +228,8 @@ struct Nvfp4Avx512 : Nvfp4Ref {
 
 void range_nvfp4_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                         float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  packed::range_avx512<Nvfp4Avx512<true>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  packed::range_avx512<Nvfp4Avx512<true>, Nvfp4Avx512<true>::kWideRows, packed::kMaxRowsZIntel>(
+      w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 void range_nvfp4_avx512_table(const PackedWeight& w, const float* x, int64_t n_rows,

@@ -248,8 +248,8 @@ inline void with_count(int64_t n, F&& f) {
     with_count<Max, C + 1>(n, f);
 }
 
-// A row tile's size as a constant, R = min(Max, rows). Max is 4 (AVX2), 7 (AVX-512 f32: kMaxRowsZ)
-// or 8 (NVFP4 and FP8 with bf16 activations).
+// A row tile's size as a constant, R = min(Max, rows). Max is 4 (AVX2), 7 or 8 (AVX-512 f32:
+// kMaxRowsZ, kMaxRowsZIntel) or 8 (NVFP4 and FP8 with bf16 activations).
 template <int Max = 4, class F>
 inline void with_row_tile(int64_t rows, F&& f) {
   static_assert(Max == 4 || Max == 7 || Max == 8);
@@ -571,7 +571,13 @@ template <class D, int R, int O>
 // L2-resident, docs/PERFORMANCE.md, 2026-12-05): FP8 5 / 6 / 7 rows 1.41 / 1.29 / 1.21x faster,
 // NVFP4 1.21 / 1.10 / 1.06x, bf16 1.18 / 1.09 / 1.02x; 8 rows in one tile (32 accumulators) ran
 // as fast (FP8, bf16) or slower (NVFP4 1.07x) than two of 4, and 2 outputs at 6-8 rows slower.
+// On an Intel Xeon (Emerald Rapids VM, 2 threads, streamed, 2026-12-06; the dispatch's Intel
+// kernels take kMaxRowsZIntel) the 8 x 4 tile, a few accumulators on the stack, beat 4 + 4:
+// FP8 10304 x 2688 0.74x the time, NVFP4 32768 x 2688 0.88x, bf16 4096 x 2688 0.84x
+// (tools/bench/probe_ab, medians of 40-60 alternating pairs); 8 x 2 and 8 x 3 lost for NVFP4
+// (1.43x, 1.65x: the next tile's prefetch wants 4 outputs) and 8 x 3 gained less for FP8 (0.87x).
 constexpr int kMaxRowsZ = 7;
+constexpr int kMaxRowsZIntel = 8;
 template <class D, int R>
 inline void rows_z(const PackedWeight& w, const float* x, int64_t xs, float* y, int64_t ys,
                    int64_t o_begin, int64_t o_end) {
@@ -707,14 +713,15 @@ void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
   }
 }
 
-// Up to kMaxRowsZ rows: one pass over the weights. kMaxRowsZ + 1..D::kWideRows-1 rows: output
-// blocks small enough to stay in L2 (~64 KB of packed weights) are swept by every row group in
-// turn (even_row_groups of at most kMaxRowsZ: 8 rows as 4 + 4), decoding in registers, so memory
-// is read once. Wider: range_wide_z. Each decoder sets kWideRows where the
+// Up to MaxRows rows (kMaxRowsZ, or kMaxRowsZIntel in the Intel kernels): one pass over the
+// weights. MaxRows + 1..D::kWideRows-1 rows: output blocks small enough to stay in L2 (~64 KB of
+// packed weights) are swept by every row group in turn (even_row_groups of at most MaxRows: 8 rows
+// as 4 + 4 where MaxRows is 7), decoding in registers, so memory is read once. Wider:
+// range_wide_z. Each decoder sets kWideRows where the
 // wide path starts to pay (measured on Zen 5: only NVFP4's decode is dear enough; FP8 and the
 // dense formats ran faster swept at 64 rows too). WideRows overrides it for a CPU that measured
 // otherwise (range_fp8_avx512_wide).
-template <class D, int64_t WideRows = D::kWideRows>
+template <class D, int64_t WideRows = D::kWideRows, int MaxRows = kMaxRowsZ>
 void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
                   int64_t ys, int64_t o_begin, int64_t o_end) {
   if (n_rows <= 0 || o_begin >= o_end) return;
@@ -731,13 +738,13 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
   const auto rows = [&](int64_t r0, int64_t n, int64_t o0, int64_t o1) {
     const float* xr = x + r0 * xs;
     float* yr = y + r0 * ys;
-    with_row_tile<kMaxRowsZ>(n, [&]<int R>() { rows_z<D, R>(w, xr, xs, yr, ys, o0, o1); });
+    with_row_tile<MaxRows>(n, [&]<int R>() { rows_z<D, R>(w, xr, xs, yr, ys, o0, o1); });
   };
-  if (n_rows <= kMaxRowsZ) return rows(0, n_rows, o_begin, o_end);
+  if (n_rows <= MaxRows) return rows(0, n_rows, o_begin, o_end);
   const int64_t ob = swept_block_outputs(w);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += ob) {
     const int64_t o1 = std::min(o_end, o0 + ob);
-    even_row_groups(n_rows, kMaxRowsZ, [&](int64_t r, int64_t n) { rows(r, n, o0, o1); });
+    even_row_groups(n_rows, MaxRows, [&](int64_t r, int64_t n) { rows(r, n, o0, o1); });
   }
 }
 
