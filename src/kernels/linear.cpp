@@ -289,7 +289,7 @@ RangeFn select_range_fn(WeightFormat f, Isa isa) {
       if (isa >= Isa::Avx512) return cpu_is_intel() ? range_dense_avx512_wide : range_dense_avx512;
       return isa >= Isa::Avx2 ? range_dense_avx2 : range_dense_ref;
     case WeightFormat::NVFP4:
-      if (isa >= Isa::Avx512) return cpu_is_intel() ? range_nvfp4_avx512 : range_nvfp4_avx512_table;
+      if (isa >= Isa::Avx512) return cpu_is_intel() ? range_nvfp4_avx512_8row : range_nvfp4_avx512;
       return isa >= Isa::Avx2 ? range_nvfp4_avx2 : range_nvfp4_ref;
     case WeightFormat::FP8_E4M3:
       if (isa >= Isa::Avx512) return cpu_is_intel() ? range_fp8_avx512_wide : range_fp8_avx512;

@@ -78,10 +78,9 @@ bool bf16_kernel_verified();
 bool cpu_splits_512bit_ops();
 // An Intel CPU: there Arith::F32's FP8 passes of 16+ rows and the dense formats' of 32+ decode
 // the weights to f32 once (range_fp8_avx512_wide, range_dense_avx512_wide; the same bits, faster
-// on the one Intel Xeon measured, where on Zen 5 sweeping in registers was), and its 1-2-row NVFP4
-// tiles multiply a register table's E2M1 by the scale. On AMD (Zen 4 and Zen 5) every f32 NVFP4
-// tile below 16 rows reads the product table in a permuted lane order (range_nvfp4_avx512_table),
-// and, where 512-bit operations are whole (Zen 5), Arith::Bf16's NVFP4 passes of 1 and 3+ rows
+// on the Intel Xeons measured, where on Zen 5 sweeping in registers was), and Arith::F32's 8-row
+// passes run as one tile of 8 rows (those two and range_nvfp4_avx512_8row; on AMD two of 4). On
+// AMD, where 512-bit operations are whole (Zen 5), Arith::Bf16's NVFP4 passes of 1 and 3+ rows
 // step by scale words (range_nvfp4_bf16_avx512_words); the same bits, faster there, unmeasured on
 // Intel.
 bool cpu_is_intel();

@@ -42,13 +42,11 @@ void range_nvfp4_ref(const PackedWeight&, const float*, int64_t, int64_t, float*
                      int64_t);
 void range_nvfp4_avx2(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t, int64_t,
                       int64_t);
-// Intel: 1-2-row tiles multiply E2M1 by the scale, 8-row passes run as one tile
-// (packed::kMaxRowsZIntel).
 void range_nvfp4_avx512(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                         int64_t, int64_t);
-// The same bits, every tile decoding through the product table (faster on AMD: Zen 4 and Zen 5).
-void range_nvfp4_avx512_table(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
-                              int64_t, int64_t);
+// The same bits, 8-row passes as one tile (packed::kMaxRowsZIntel; faster on Intel).
+void range_nvfp4_avx512_8row(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
+                             int64_t, int64_t);
 void dequantize_row_nvfp4(const PackedWeight& w, int64_t o, float* out);
 void range_nvfp4_bf16_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                           int64_t, int64_t);

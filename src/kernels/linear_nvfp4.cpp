@@ -142,11 +142,12 @@ struct Nvfp4Avx2 : Nvfp4Ref {
 // 2j+1: bit offsets 8j and 8j+4); VPERMPS reads only those low 4 bits as a table index, giving
 // the weights directly in canonical order. The table is the block's row of kProducts, so
 // no multiply is left: the kernel weight E2M1 * E4M3 is exact, the same value either way.
-// MulFewRows (Intel): tiles of 1-2 rows decode with decode16z_1 (measured faster on Zen 5 on
-// 2026-12-01); without it (AMD) every tile reads the product table, stepping by scale words, in
-// the permuted lane order: on Zen 4 from the start, on Zen 5 since 2026-12-05 (1-12 rows 1.14-
-// 1.31x faster L2-resident, a one-row pass streamed from memory 1.46x; docs/PERFORMANCE.md).
-template <bool MulFewRows>
+// The tiles read the product table stepping by scale words, in the permuted lane order: on Zen 4
+// from the start, on Zen 5 since 2026-12-05 (1-12 rows 1.14-1.31x faster L2-resident, a one-row
+// pass streamed from memory 1.46x), on Intel since 2026-12-06 (Xeon, 2 threads, streamed: 1 / 2
+// rows 0.87x / 0.86x the time of E2M1 from a register table times the broadcast scale, 3-8 rows
+// within 0.94-1.01x of VPMULTISHIFTQB's canonical order; 8-layer decode 1.04-1.20x faster;
+// docs/PERFORMANCE.md).
 struct Nvfp4Avx512 : Nvfp4Ref {
   // Decoding once to f32 pays from ~16 rows (microbench, Zen 5, 1-2 threads: 8-12 rows run
   // 10-30 % faster swept, 64 rows 25 % faster wide).
@@ -175,11 +176,10 @@ struct Nvfp4Avx512 : Nvfp4Ref {
     std::memcpy(&q, p, 8);
     return _mm512_maskz_multishift_epi64_epi8(~__mmask64(0), ctrl, _mm512_set1_epi64(q));
   }
-  // Where 512-bit operations are split (Zen 4, !MulFewRows) the tiles decode in a permuted lane
-  // order (linear_packed.h, PermutedLanes): the 8 code bytes broadcast to every qword, dword i
-  // holds bytes 4 (i % 2) .. 4 (i % 2) + 3, and VPSRLVD by 4 (i / 2) puts nibble
-  // 8 (i % 2) + i / 2 in its low bits for VPERMPS. A variable shift runs beside the FMAs there,
-  // where VPMULTISHIFTQB takes their pipes (tools/bench/probe_ports.cpp: an FMA and a
+  // The tiles decode in a permuted lane order (linear_packed.h, PermutedLanes): the 8 code bytes
+  // broadcast to every qword, dword i holds bytes 4 (i % 2) .. 4 (i % 2) + 3, and VPSRLVD by 4 (i /
+  // 2) puts nibble 8 (i % 2) + i / 2 in its low bits for VPERMPS. A variable shift runs beside the
+  // FMAs there, where VPMULTISHIFTQB takes their pipes (tools/bench/probe_ports.cpp: an FMA and a
   // VPMULTISHIFTQB 0.54 ns a pair, an FMA, a VPSRLVD and a VPERMPS 0.41 ns a triple).
   alignas(64) static constexpr std::array<int32_t, 16> kLaneElement = {0, 8,  1, 9,  2, 10, 3, 11,
                                                                        4, 12, 5, 13, 6, 14, 7, 15};
@@ -191,34 +191,23 @@ struct Nvfp4Avx512 : Nvfp4Ref {
     return _mm512_maskz_permutexvar_ps(
         0xFFFF, _mm512_maskz_srlv_epi32(0xFFFF, _mm512_set1_epi64(q), shift), _mm512_load_ps(row));
   }
-  __m512 decode16z_lanes(int64_t k) const requires(!MulFewRows) {
+  __m512 decode16z_lanes(int64_t k) const {
     return lanes_from_row(rd + (k >> 1), kProducts.data() + 16 * rs[k >> 4]);
   }
   // Steps of 8 blocks from k (a multiple of 128): block k / 16 + b's table row (64 bytes) from
   // the step's scale word, its codes at a constant displacement.
-  uint64_t scale_word(int64_t k) const requires(!MulFewRows) { return detail::scale_word(rs, k); }
-  __m512 decode16z_lanes(int64_t k, uint64_t sw, int b) const requires(!MulFewRows) {
+  uint64_t scale_word(int64_t k) const { return detail::scale_word(rs, k); }
+  __m512 decode16z_lanes(int64_t k, uint64_t sw, int b) const {
     return lanes_from_row(
         rd + (k >> 1) + 8 * b,
         reinterpret_cast<const float*>(reinterpret_cast<const char*>(kProducts.data()) +
                                        scale_row_offset<6>(sw, b)));
   }
-  // Tiles of 3+ rows and the decode-once paths: 3-12 rows 9-13 % faster than decode16z_1
-  // (lm_head shape, 1 thread, Zen 5; docs/PERFORMANCE.md).
+  // The decode-once (wide) paths, in canonical order.
   __m512 decode16z(int64_t k) const {
     // maskz: GCC 12's unmasked form reads an "undefined" register (-Wmaybe-uninitialized).
     return _mm512_maskz_permutexvar_ps(0xFFFF, codes(rd + (k >> 1)),
                                        _mm512_load_ps(kProducts.data() + 16 * rs[k >> 4]));
-  }
-  // Tiles of 1-2 rows: E2M1 from a register table times the broadcast scale measured faster there
-  // (lm_head 1 row 11.4 vs 13.2 ms, 2 rows 14.3 vs 15.7); the product is the same exact value. On
-  // Zen 4 the multiply's extra 512-bit operation costs more than the table row's load: lm_head 1 /
-  // 2 rows 20.6 / 28.0 ms with it, 16.3 / 23.3 without (1 thread, best of five alternating).
-  __m512 decode16z_1(int64_t k) const requires MulFewRows {
-    const __m512 e2m1 = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,  //
-                                       0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-    return _mm512_mul_ps(_mm512_maskz_permutexvar_ps(0xFFFF, codes(rd + (k >> 1)), e2m1),
-                         _mm512_set1_ps(e4m3[rs[k >> 4]]));
   }
 };
 
@@ -228,14 +217,14 @@ struct Nvfp4Avx512 : Nvfp4Ref {
 
 void range_nvfp4_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                         float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  packed::range_avx512<Nvfp4Avx512<true>, Nvfp4Avx512<true>::kWideRows, packed::kMaxRowsZIntel>(
-      w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  packed::range_avx512<Nvfp4Avx512>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
-void range_nvfp4_avx512_table(const PackedWeight& w, const float* x, int64_t n_rows,
-                              int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
-                              int64_t o_end) {
-  packed::range_avx512<Nvfp4Avx512<false>>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+void range_nvfp4_avx512_8row(const PackedWeight& w, const float* x, int64_t n_rows,
+                             int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
+                             int64_t o_end) {
+  packed::range_avx512<Nvfp4Avx512, Nvfp4Avx512::kWideRows, packed::kMaxRowsZIntel>(
+      w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 void range_nvfp4_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,

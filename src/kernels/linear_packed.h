@@ -387,8 +387,6 @@ inline int64_t swept_block_outputs(const PackedWeight& w) {
 //                           step) of the next O rows, into L1 in tiles of up to kNextTileRows
 //                           rows, into L2 in tiles of up to kNextTileL2Rows (if set), in place
 //                           of prefetch(k, O) on each row
-//                       optional __m512 decode16z_1(int64_t k) const  // the same values, for
-//                           tiles of 1-2 rows where another instruction mix measured faster
 //                       static constexpr int64_t kWideRows  // rows from which range_wide_z runs
 //
 // Every tile is out of line ([[gnu::noinline]]) and every loop over its register arrays carries
@@ -480,12 +478,10 @@ inline void lay_row_lanes(const float* x, int64_t K, float* out) {
   for (int64_t k = K16; k < K; ++k) out[k] = x[k];
 }
 
-template <int R, class D>
+template <class D>
 inline __m512 decode_z(const D& d, int64_t k) {
   if constexpr (PermutedLanes<D>)
     return d.decode16z_lanes(k);
-  else if constexpr (R <= 2 && requires { d.decode16z_1(k); })
-    return d.decode16z_1(k);
   else
     return d.decode16z(k);
 }
@@ -557,7 +553,7 @@ template <class D, int R, int O>
     if ((k & 63) == 0) prefetch(k);
     __m512 wv[O];
 #pragma GCC unroll 16
-    for (int j = 0; j < O; ++j) wv[j] = decode_z<R>(d[j], k);
+    for (int j = 0; j < O; ++j) wv[j] = decode_z(d[j], k);
     block(k, wv);
   }
 #pragma GCC unroll 16
@@ -573,9 +569,10 @@ template <class D, int R, int O>
 // as fast (FP8, bf16) or slower (NVFP4 1.07x) than two of 4, and 2 outputs at 6-8 rows slower.
 // On an Intel Xeon (Emerald Rapids VM, 2 threads, streamed, 2026-12-06; the dispatch's Intel
 // kernels take kMaxRowsZIntel) the 8 x 4 tile, a few accumulators on the stack, beat 4 + 4:
-// FP8 10304 x 2688 0.74x the time, NVFP4 32768 x 2688 0.88x, bf16 4096 x 2688 0.84x
-// (tools/bench/probe_ab, medians of 40-60 alternating pairs); 8 x 2 and 8 x 3 lost for NVFP4
-// (1.43x, 1.65x: the next tile's prefetch wants 4 outputs) and 8 x 3 gained less for FP8 (0.87x).
+// FP8 10304 x 2688 0.74x the time, NVFP4 32768 x 2688 0.88x (0.89x in the table's lane order), bf16
+// 4096 x 2688 0.84x (tools/bench/probe_ab, medians of 40-60 alternating pairs); 8 x 2 and 8 x 3
+// lost for NVFP4 (1.43x, 1.65x: the next tile's prefetch wants 4 outputs) and 8 x 3 gained less for
+// FP8 (0.87x).
 constexpr int kMaxRowsZ = 7;
 constexpr int kMaxRowsZIntel = 8;
 template <class D, int R>

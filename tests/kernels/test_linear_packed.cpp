@@ -242,15 +242,15 @@ int expect_equal_reference(const std::vector<std::unique_ptr<Case>>& cases, deta
   return compared;
 }
 
-// Both AVX-512 NVFP4 f32 kernels, whichever this CPU selects (cpu_is_intel): 1-2-row
-// tiles multiplying E2M1 by the scale, or reading the product table as every other tile does.
+// Both AVX-512 NVFP4 f32 kernels, whichever this CPU selects (cpu_is_intel): 8-row passes as two
+// tiles of 4 rows or as one of 8.
 TEST(LinearPacked, BothNvfp4Avx512KernelsEqualTheReference) {
   if (detected_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
   std::vector<std::unique_ptr<Case>> cases;
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 96}, {9, 2688}, {64, 1856}})
     cases.push_back(make_nvfp4(rows, cols, uint32_t(rows * 13 + cols)));
   EXPECT_EQ(expect_equal_reference(cases, detail::range_nvfp4_ref,
-                                   {detail::range_nvfp4_avx512, detail::range_nvfp4_avx512_table}),
+                                   {detail::range_nvfp4_avx512, detail::range_nvfp4_avx512_8row}),
             int(3 * std::size(kRowCounts) * 2));
 }
 
@@ -284,7 +284,7 @@ TEST(LinearPacked, WidePassesOverRowBlocksEqualTheReference) {
        {WideBlocking{384, 768 << 10}, {256, 384 << 10}, {kWholeRow, 768 << 10}, {112, 64 << 10}}) {
     set_wide_blocking(b);
     EXPECT_EQ(expect_equal_reference(nvfp4, detail::range_nvfp4_ref,
-                                     {detail::range_nvfp4_avx512, detail::range_nvfp4_avx512_table},
+                                     {detail::range_nvfp4_avx512, detail::range_nvfp4_avx512_8row},
                                      row_counts),
               2 * 2 * 2)
         << "k chunk " << b.k_chunk;
