@@ -137,14 +137,14 @@ struct Nvfp4Avx2 : Nvfp4Ref {
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c,bmi2")
 
-// Two shuffles per 16 weights: the 8 code bytes are broadcast to every qword (a load, no ALU);
-// VPMULTISHIFTQB moves nibble l into the low bits of dword lane l (qword j holds lanes 2j and
-// 2j+1: bit offsets 8j and 8j+4); VPERMPS reads only those low 4 bits as a table index, giving
-// the weights directly in canonical order. The table is the block's row of kProducts, so
-// no multiply is left: the kernel weight E2M1 * E4M3 is exact, the same value either way.
-// The tiles read the product table stepping by scale words, in the permuted lane order: on Zen 4
-// from the start, on Zen 5 since 2026-12-05 (1-12 rows 1.14-1.31x faster L2-resident, a one-row
-// pass streamed from memory 1.46x), on Intel since 2026-12-06 (Xeon, 2 threads, streamed: 1 / 2
+// Two vector operations per 16 weights: the 8 code bytes are broadcast to every qword (a load, no
+// ALU), a shift puts each weight's nibble in the low bits of a dword lane, and VPERMPS reads only
+// those low 4 bits as an index into the block's row of kProducts (E2M1 * E4M3, exact), so no
+// multiply is left. The tiles (decode16z_lanes) shift by VPSRLVD into a permuted lane order and
+// read the table stepping by scale words; the wide passes (decode16z) shift by VPMULTISHIFTQB into
+// canonical order. The tiles' form has served Zen 4 from the start, Zen 5 since 2026-12-05 (1-12
+// rows 1.14-1.31x faster L2-resident, a one-row pass streamed from memory 1.46x) and Intel since
+// 2026-12-06 (Xeon, 2 threads, streamed: 1 / 2
 // rows 0.87x / 0.86x the time of E2M1 from a register table times the broadcast scale, 3-8 rows
 // within 0.94-1.01x of VPMULTISHIFTQB's canonical order; 8-layer decode 1.04-1.20x faster;
 // docs/PERFORMANCE.md).
@@ -178,9 +178,9 @@ struct Nvfp4Avx512 : Nvfp4Ref {
   }
   // The tiles decode in a permuted lane order (linear_packed.h, PermutedLanes): the 8 code bytes
   // broadcast to every qword, dword i holds bytes 4 (i % 2) .. 4 (i % 2) + 3, and VPSRLVD by 4 (i /
-  // 2) puts nibble 8 (i % 2) + i / 2 in its low bits for VPERMPS. A variable shift runs beside the
-  // FMAs there, where VPMULTISHIFTQB takes their pipes (tools/bench/probe_ports.cpp: an FMA and a
-  // VPMULTISHIFTQB 0.54 ns a pair, an FMA, a VPSRLVD and a VPERMPS 0.41 ns a triple).
+  // 2) puts nibble 8 (i % 2) + i / 2 in its low bits for VPERMPS. On Zen 4 a variable shift runs
+  // beside the FMAs, where VPMULTISHIFTQB takes their pipes (tools/bench/probe_ports.cpp: an FMA
+  // and a VPMULTISHIFTQB 0.54 ns a pair, an FMA, a VPSRLVD and a VPERMPS 0.41 ns a triple).
   alignas(64) static constexpr std::array<int32_t, 16> kLaneElement = {0, 8,  1, 9,  2, 10, 3, 11,
                                                                        4, 12, 5, 13, 6, 14, 7, 15};
   static __m512 lanes_from_row(const uint8_t* codes, const float* row) {
