@@ -571,8 +571,7 @@ template <class D, int R, int O>
 // kernels take kMaxRowsZIntel) the 8 x 4 tile, a few accumulators on the stack, beat 4 + 4:
 // FP8 10304 x 2688 0.74x the time, NVFP4 32768 x 2688 0.88x (0.89x in the table's lane order), bf16
 // 4096 x 2688 0.84x (tools/bench/probe_ab, medians of 40-60 alternating pairs); 8 x 2 and 8 x 3
-// lost for NVFP4 (1.43x, 1.65x: the next tile's prefetch wants 4 outputs) and 8 x 3 gained less for
-// FP8 (0.87x).
+// lost for NVFP4 (1.43x, 1.65x) and 8 x 3 gained less for FP8 (0.87x).
 constexpr int kMaxRowsZ = 7;
 constexpr int kMaxRowsZIntel = 8;
 template <class D, int R>
