@@ -25,9 +25,10 @@ import sys
 
 # Tile families: (name pattern, instantiations expected in a release build, prefetch required).
 FAMILIES = {
-    # 7 row counts x 2 widths x 6 decoders (NVFP4, FP8 and Intel's FP8, bf16 / f16 / f32), and 8
-    # rows x 2 widths in the 6 that Intel's kernels use (FP8's half-float decode under DAZ)
-    "tile_z": (r"packed::tile_z<", 96, True),
+    # 7 row counts x 2 widths x 6 decoders (NVFP4, FP8 and Intel's FP8, bf16 / f16 / f32), 8
+    # rows x 2 widths in the 6 that Intel's kernels use (FP8's half-float decode under DAZ), and
+    # 1-8 rows x 2 widths of Intel's FP8 on activations times 2^112
+    "tile_z": (r"packed::tile_z<", 112, True),
     # 8 row counts x 2 widths x 5 decoders: NVFP4 (select, shift, shift by scale words), FP8, bf16
     "tile_bf16_z": (r"packed::tile_bf16_z<", 80, True),
     "tile_bf16_y": (r"packed::tile_bf16_y<", 8, True),  # 1-4 rows x 2 widths, NVFP4 (Zen 4)
@@ -49,7 +50,8 @@ KNOWN_SPILLS = {r"tile_bf16_avx2<2, 2>": 8, r"Fp8Bf16Avx2, 2, 2>": 4, r"DenseBf1
                 # Intel's 8 x 4 tiles (32 accumulators): 0.74-0.89x the time of two 4-row groups
                 # all the same (Xeon, docs/PERFORMANCE.md, 2026-12-06); NVFP4's loop step is 8
                 # blocks (scale words), 7.5 stores a block.
-                r"Fp8Avx512Intel, 8, 4>": 7, r"Fp8Avx512, 8, 4>": 7, r"Nvfp4Avx512, 8, 4>": 60,
+                r"Fp8Avx512Intel, 8, 4>": 7, r"Fp8Avx512IntelScaledX, 8, 4>": 7,
+                r"Fp8Avx512, 8, 4>": 7, r"Nvfp4Avx512, 8, 4>": 60,
                 **{f"DenseAvx512<(nemo::kernels::WeightFormat){f}>, 8, 4>": 5 for f in range(3)}}
 
 

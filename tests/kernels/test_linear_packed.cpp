@@ -266,6 +266,32 @@ TEST(LinearPacked, BothFp8Avx512KernelsEqualTheReference) {
             int(3 * std::size(kRowCounts) * 2));
 }
 
+// Intel's FP8 passes below 16 rows run on the activations times 2^112 where that is exact (every
+// finite |x| < 2^16) and on the four-uop decode otherwise: one activation at and around that edge,
+// non-finite or subnormal, in a full block or the tail, gives the reference's bits either way.
+TEST(LinearPacked, Fp8ActivationsAtTheScaledEdgeEqualTheReference) {
+  if (detected_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
+  const float below = std::nextafter(65536.0f, 0.0f);  // (2 - 2^-23) 2^15: times 2^112 = FLT_MAX
+  const float edges[] = {below,     -below, 65536.0f, -65536.0f, 3e38f,           INFINITY,
+                         -INFINITY, NAN,    1e-45f,   -1e-40f,   1.17549435e-38f, -0.0f};
+  const auto c = make_fp8(21, 37, 41);  // K % 16 == 5: a tail after two blocks
+  const int64_t K = c->w.cols, N = c->w.rows;
+  int compared = 0;
+  for (float v : edges)
+    for (int64_t n : {1, 3, 8, 15, 16})
+      for (int64_t at : {int64_t(7), K - 2}) {  // in a block, in the tail
+        auto x = rand_x(n, K, uint32_t(n + at));
+        x[size_t((n - 1) * K + at)] = v;
+        std::vector<float> want(size_t(n * N)), got(size_t(n * N));
+        detail::range_fp8_ref(c->w, x.data(), n, K, want.data(), N, 0, N);
+        detail::range_fp8_avx512_wide(c->w, x.data(), n, K, got.data(), N, 0, N);
+        ++compared;
+        EXPECT_TRUE(bitwise_equal(want, got))
+            << "x = " << v << " rows=" << n << " at " << at << ": " << first_diff(want, got);
+      }
+  EXPECT_EQ(compared, int(std::size(edges)) * 5 * 2);
+}
+
 // Prefill widths: range_wide_z splits the rows into blocks whose activations fit L2, copies them
 // chunk-major, and finishes 16 outputs at once; FP8 at K = 2696 leaves a tail of 8 after the
 // last 16. Under each blocking a CPU may pick (wide_blocking: k chunks of 384 and 768 KB row
