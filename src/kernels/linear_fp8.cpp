@@ -116,7 +116,9 @@ struct Fp8Avx512 : Fp8Ref {
 // denormals-are-zero the multiply would read the subnormals as 0, so range_fp8_avx512_wide then
 // takes the half-float decode (VCVTPH2PS ignores the bit). On the Emerald Rapids Xeon
 // (2026-12-06, 10304 x 2688, 2 threads, streamed, tools/bench/probe_ab): 2 / 3 / 4 / 8 rows 0.92 /
-// 0.90 / 0.92 / 0.94x the time, 1 row (memory-bound) 0.99x. Unmeasured on AMD.
+// 0.90 / 0.92 / 0.94x the time, 1 row (memory-bound) 0.99x. Unmeasured on AMD. Since 374ad33 the
+// wide passes' decode, and the narrow passes' where the activations cannot take the 2^112
+// (Fp8Avx512IntelScaledX below).
 struct Fp8Avx512Intel : Fp8Avx512 {
   __m512 decode16z(int64_t k) const {
     // maskz forms: GCC 12's unmasked ones warn of an uninitialised pass-through operand.
