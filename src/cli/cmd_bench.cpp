@@ -235,8 +235,9 @@ struct Bench {
                        ((probes_gb_s[i] + probes_gb_s[i + 1]) / 2));
     j["read_bandwidth_gb_s"] = bw;
     j["read_bandwidth_probes_gb_s"] = probes_gb_s;
+    const double share = decode_tok_s * dec_gb / bw;  // best against best
     j["roofline_tok_s"] = bw / dec_gb;
-    j["roofline_fraction"] = decode_tok_s * dec_gb / bw;
+    j["roofline_fraction"] = share;
     const double mid = paired.empty() ? 0.0 : median(paired);
     const auto [lo, hi] = std::minmax_element(paired.begin(), paired.end());
     if (!paired.empty())
@@ -246,7 +247,7 @@ struct Bench {
     std::printf(
         "roofline   read bandwidth %.1f GB/s (best of %zu probes, one before each repetition and "
         "one after the last) -> %.2f tok/s; decode reaches %.0f%% (best against best)\n",
-        bw, probes_gb_s.size(), bw / dec_gb, 100.0 * decode_tok_s * dec_gb / bw);
+        bw, probes_gb_s.size(), bw / dec_gb, 100.0 * share);
     if (!paired.empty())
       std::printf(
           "           each repetition against the probes around it: median %.0f%% (%.0f-%.0f%%; "
