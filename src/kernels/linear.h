@@ -79,7 +79,8 @@ bool cpu_splits_512bit_ops();
 // An Intel CPU: there Arith::F32's FP8 passes of 16+ rows and the dense formats' of 32+ decode
 // the weights to f32 once (range_fp8_avx512_wide, range_dense_avx512_wide; the same bits, faster
 // on the Intel Xeons measured, where on Zen 5 sweeping in registers was), and Arith::F32's 8-row
-// passes run as one tile of 8 rows (those two and range_nvfp4_avx512_8row; on AMD two of 4). On
+// passes run as one tile of 8 rows (those two and range_nvfp4_avx512_8row; on AMD two of 4), and
+// FP8 is decoded by integer steps (below 16 rows on activations times 2^112 where exact). On
 // AMD, where 512-bit operations are whole (Zen 5), Arith::Bf16's NVFP4 passes of 1 and 3+ rows
 // step by scale words (range_nvfp4_bf16_avx512_words); the same bits, faster there, unmeasured on
 // Intel.
