@@ -7,7 +7,12 @@
 // auto (linear_range), swept / wide (FP8 or bf16 through range_*_avx512 or range_*_avx512_wide),
 // chunkN (linear_range on N rows at a time: NVFP4 swept below 16 rows); then the wide passes' k
 // chunk and row-block bytes (set_wide_blocking). avx2 / by_hand (docs/PERFORMANCE.md, "Zen 5,
-// evening"): the AVX2 kernels, the second the bf16-weight one that flushes by hand.
+// evening"): the AVX2 kernels, the second the bf16-weight one that flushes by hand. bound
+// (docs/PERFORMANCE.md, "the tiles against the FMA rate of the same moment"): linear_range, each
+// round beside a loop of 20 independent zmm FMAs (two a cycle on ports 0 and 5 at whatever clock
+// the AVX-512 license gives then), and the call against (ROWS + D) vector uops per 16 weights
+// and output at that rate, D the decode's (argument 7; NVFP4 2: VPSRLVD, VPERMPS; FP8 3 as
+// Intel's scaled-activation decode: VPMOVSXBD, VPSLLD, VPANDD; bf16 2).
 // Not part of the build; after a release build into build/:
 //   g++ -O2 -std=c++20 -Isrc -o /tmp/probe_linear_range tools/bench/probe_linear_range.cpp \
 //       build/libnemotron_kernels.a build/libnemotron_base.a -lfmt -fopenmp
@@ -15,6 +20,7 @@
 //   /tmp/probe_linear_range fp8 65536 2688 1 f32
 //   /tmp/probe_linear_range nvfp4 1856 2688 24 f32 auto 2688 786432  # MODE K_CHUNK ROW_BYTES
 //   /tmp/probe_linear_range nvfp4 1856 2688 24 f32 chunk12
+//   /tmp/probe_linear_range nvfp4 64 5376 4 f32 bound     # [D]
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -30,6 +36,34 @@
 #include "kernels/linear_impl.h"
 
 using namespace nemo::kernels;
+
+namespace {
+
+// Seconds per zmm FMA over n rounds of 20 independent chains (latency 4, so the two FMA ports
+// never wait on a chain): half the time a vector uop on ports 0 and 5 takes now.
+[[gnu::target("avx512f"), gnu::noinline]] double zmm_fma_seconds(long n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  asm volatile(
+      "vxorps %%xmm0, %%xmm0, %%xmm0\n"
+      ".irp r,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21\n"
+      "vmovaps %%zmm0, %%zmm\\r\n"
+      ".endr\n"
+      "1:\n"
+      ".irp a,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19\n"
+      "vfmadd231ps %%zmm20, %%zmm21, %%zmm\\a\n"
+      ".endr\n"
+      "dec %0\n"
+      "jnz 1b\n"
+      : "+r"(n)
+      :
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+        "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20",
+        "xmm21", "cc");
+  const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+  return dt.count();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 6) {
@@ -90,7 +124,13 @@ int main(int argc, char** argv) {
     if (!std::strcmp(mode, "by_hand") && bf16) return range_dense_bf16_avx2_by_hand;
     return nullptr;
   }();
-  double best = 1e30;
+  const bool bound = !std::strcmp(mode, "bound");
+  if (bound && detected_isa() < Isa::Avx512) {
+    std::fprintf(stderr, "MODE bound: needs AVX-512\n");
+    return 2;
+  }
+  const long fma_rounds = 2000000;
+  double best = 1e30, best_fma = 1e30;
   for (int round = 0; round < 15; ++round) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < reps; ++i)
@@ -105,8 +145,20 @@ int main(int argc, char** argv) {
         linear_range(w, x.data(), rows, K, y.data(), outputs, 0, outputs, isa);
     const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     best = std::min(best, dt.count() / reps);
+    if (bound) best_fma = std::min(best_fma, zmm_fma_seconds(fma_rounds) / (20.0 * fma_rounds));
   }
   std::printf("%s %lld x %lld, %lld rows, %s, %s, %s: %.2f us\n", argv[1], (long long)outputs,
               (long long)K, (long long)rows, argv[5],
               isa_name(fn && !by_hand ? detected_isa() : isa), mode, best * 1e6);
+  if (bound) {
+    const double d = argc > 7 ? std::atof(argv[7]) : nvfp4 ? 2.0 : bf16 ? 2.0 : 3.0;
+    const double per_block =
+                     best / (double(outputs) * double(K / 16)),  // a 16-weight block, an output
+        limit =
+            (double(rows) + d) * best_fma;  // (rows + d) uops at two a cycle: (rows + d) FMA times
+    std::printf(
+        "  %.3f ns per 16 weights and output; zmm FMA %.4f ns; bound (%lld + %g) x that = "
+        "%.3f ns: %.2fx\n",
+        per_block * 1e9, best_fma * 1e9, (long long)rows, d, limit * 1e9, per_block / limit);
+  }
 }
