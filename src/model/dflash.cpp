@@ -351,7 +351,7 @@ void DFlashModel::block_hidden(const DraftContext& ctx, int32_t anchor, int64_t 
       kernels::rms_norm(x.data() + i * H, L.post_norm.data(), H, eps, h.data() + i * H);
     kernels::linear(L.gate, h.data(), Q, H, g.data(), F, tc);
     kernels::linear(L.up, h.data(), Q, H, u.data(), F, tc);
-    for (int64_t e = 0; e < Q * F; ++e) g[e] = kernels::silu(g[e]) * u[e];
+    kernels::silu_mul(g.data(), u.data(), Q * F);
     kernels::linear(L.down, g.data(), Q, F, o.data(), H, tc);
     for (int64_t e = 0; e < Q * H; ++e) x[e] = x[e] + o[e];
   }

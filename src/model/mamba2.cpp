@@ -61,7 +61,9 @@ void conv1d_silu(const Mamba2Weights& w, const float* window, const ProjRows& ra
   // as the inner loop took ~9 ns a channel); blocks of 2048 / T channels, so a decode step's 6144
   // run on two threads. Per 52-layer Mamba layer, 2 threads, Zen 5: T = 1 46 -> 38 us and T = 8
   // 285 -> 232 us by the grain, then 33-37 and 143-209 us by the channel loops; the weights by tap
-  // (conv_taps) T = 8 130 -> 109 us (tools/bench/probe_scan.cpp, 2026-12-06), the rest is SiLU.
+  // (conv_taps) T = 8 130 -> 109 us (tools/bench/probe_scan.cpp, 2026-12-06), the rest SiLU; SiLU
+  // in vectors (kernels::silu_inplace, same bits), Xeon: T = 1 21-26 -> 9-12 us, T = 8 129-176 ->
+  // 58-68.
   parallel_for(tc, d.CD, std::max<int64_t>(256, 2048 / T), [&](int64_t c0, int64_t c1) {
     for (int64_t t = 0; t < T; ++t) {
       float* o = out + t * d.CD;
@@ -72,7 +74,7 @@ void conv1d_silu(const Mamba2Weights& w, const float* window, const ProjRows& ra
         const float* wk = w.conv_taps.data() + k * d.CD;
         for (int64_t ch = c0; ch < c1; ++ch) o[ch] = o[ch] + wk[ch] * v[ch];
       }
-      for (int64_t ch = c0; ch < c1; ++ch) o[ch] = kernels::silu(o[ch]);
+      kernels::silu_inplace(o + c0, c1 - c0);
     }
   });
 }
@@ -240,7 +242,7 @@ void gated_group_rmsnorm(const Mamba2Weights& w, float* y, const ProjRows& proj,
       const int64_t t = tg / d.G, g = tg % d.G;
       float* yr = y + t * d.DI + g * gs;
       const float* zr = proj.z(t) + g * gs;
-      for (int64_t i = 0; i < gs; ++i) yr[i] = yr[i] * kernels::silu(zr[i]);
+      kernels::mul_silu(yr, zr, gs);
       kernels::rms_norm(yr, w.norm_w.data() + g * gs, gs, w.norm_eps, yr);
     }
   });
