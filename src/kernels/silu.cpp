@@ -28,7 +28,9 @@ namespace nemo::kernels {
 
 namespace {
 
-// kTab[i] = bits(2^(i/32)) - (i << 47), 2^(i/32) rounded to the nearest double.
+// glibc's data for it (e_exp2f_data.c, the algorithm of ARM's optimized-routines): kTab[i] =
+// bits(2^(i/32)) - (i << 47), 2^(i/32) rounded to the nearest double; 32/ln 2, the shift, and the
+// polynomial's coefficients scaled by powers of 1/32.
 alignas(64) constexpr std::array<uint64_t, 32> kTab = {
     0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
     0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
@@ -85,12 +87,6 @@ inline __m512 silu16_avx512(__m512 v) {
   return _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
 
-// Op(i, s) stores element block i from s = silu of the block's SiLU input.
-template <class In, class Op>
-void each16_avx512(int64_t n, In in, Op op) {
-  for (int64_t i = 0; i + 16 <= n; i += 16) op(i, silu16_avx512(in(i)));
-}
-
 #pragma GCC pop_options
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
@@ -125,11 +121,6 @@ inline __m256 expf8_avx2(__m256 x) {
 inline __m256 silu8_avx2(__m256 v) {
   const __m256 e = expf8_avx2(_mm256_xor_ps(v, _mm256_set1_ps(-0.0f)));
   return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-}
-
-template <class In, class Op>
-void each8_avx2(int64_t n, In in, Op op) {
-  for (int64_t i = 0; i + 8 <= n; i += 8) op(i, silu8_avx2(in(i)));
 }
 
 #pragma GCC pop_options
