@@ -45,7 +45,7 @@ void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out);
 inline float silu(float v) {
   return v / (1.0f + std::exp(-v));
 }
-// The same values over arrays, bitwise silu()'s per element (NaN payloads aside):
+// The same values over arrays, bitwise silu()'s per element:
 // x[i] = silu(x[i]); y[i] = y[i] · silu(z[i]) (Mamba-2's gate); g[i] = silu(g[i]) · u[i] (a SwiGLU
 // MLP's). The AVX-512 and AVX2 paths compute glibc's expf in vectors of doubles (silu.cpp); each
 // is used once a check against silu() on a sample of inputs has passed (silu_vector_verified),

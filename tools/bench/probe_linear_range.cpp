@@ -152,10 +152,10 @@ int main(int argc, char** argv) {
               isa_name(fn && !by_hand ? detected_isa() : isa), mode, best * 1e6);
   if (bound) {
     const double d = argc > 7 ? std::atof(argv[7]) : nvfp4 ? 2.0 : bf16 ? 2.0 : 3.0;
-    const double per_block =
-                     best / (double(outputs) * double(K / 16)),  // a 16-weight block, an output
-        limit =
-            (double(rows) + d) * best_fma;  // (rows + d) uops at two a cycle: (rows + d) FMA times
+    // A 16-weight block and one output; its (rows + d) vector uops at two a cycle take (rows + d)
+    // FMA times.
+    const double per_block = best / (double(outputs) * double(K / 16));
+    const double limit = (double(rows) + d) * best_fma;
     std::printf(
         "  %.3f ns per 16 weights and output; zmm FMA %.4f ns; bound (%lld + %g) x that = "
         "%.3f ns: %.2fx\n",
