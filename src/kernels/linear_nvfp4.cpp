@@ -161,13 +161,17 @@ struct Nvfp4Avx512 : Nvfp4Ref {
   // (kNextTileRows; docs/PERFORMANCE.md); the 5-7-row tiles too: 131072 x 2688 f32, two passes at
   // once, Zen 4, 5 / 6 / 7 rows 32.9-33.4 / 39.0-39.2 / 45.5-45.6 ms against the next tile into L2
   // 34.2-36.7 / 41.2-43.0 / 48.1-49.5 (2026-12-05).
+  // (O = 3: 1.5 lines of codes a step, 0.75 of scales, rounded up.)
   static constexpr int kNextTileRows = packed::kMaxRowsZIntel;
   template <int O, bool L2>
   void prefetch_next_tile(int64_t step) const {
-    static_assert(O % 4 == 0);
-    packed::prefetch_lines<O / 2, L2>(rd + O * (K / 2), step);
-    if ((step & 3) == 0) packed::prefetch_lines<O / 4, L2>(rs + O * (K / 16), step >> 2);
+    packed::prefetch_lines<(O + 1) / 2, L2>(rd + O * (K / 2), step);
+    if ((step & 3) == 0) packed::prefetch_lines<(O + 3) / 4, L2>(rs + O * (K / 16), step >> 2);
   }
+  // 8 rows x 3 outputs (24 accumulators, none on the stack) in place of 8 x 4 (32, 60 vector
+  // stores a step): Xeon (Emerald Rapids), tools/bench/probe_ab, B / A medians: 96 x 2688
+  // L2-resident, 1 thread 0.79-0.91x the time; 32760 x 2688 streamed, 2 threads 0.94-0.96x.
+  static constexpr int kOutputsAt8Rows = 3;
   static __m512i codes(const uint8_t* p) {
     const __m512i ctrl =
         _mm512_set_epi64(0x3C00000038, 0x3400000030, 0x2C00000028, 0x2400000020,  //

@@ -525,7 +525,10 @@ template <class D, int R, int O>
   const auto block = [&](int64_t k, const __m512(&wv)[O]) [[gnu::always_inline]] {
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const __m512 xv = _mm512_loadu_ps(x + r * xs + k);
+      __m512 xv = _mm512_loadu_ps(x + r * xs + k);
+      // In a 3-output tile GCC folds this load into each of the row's FMAs (3 loads where 1
+      // does: 8 x 3 NVFP4 1.2x slower L2-resident); an empty asm keeps it in a register.
+      if constexpr (O == 3) asm("" : "+v"(xv));
 #pragma GCC unroll 16
       for (int j = 0; j < O; ++j) acc[r][j] = _mm512_fmadd_ps(wv[j], xv, acc[r][j]);
     }
@@ -570,15 +573,25 @@ template <class D, int R, int O>
 // On an Intel Xeon (Emerald Rapids VM, 2 threads, streamed, 2026-12-06; the dispatch's Intel
 // kernels take kMaxRowsZIntel) the 8 x 4 tile, a few accumulators on the stack, beat 4 + 4:
 // FP8 10304 x 2688 0.74x the time, NVFP4 32768 x 2688 0.88x (0.89x in the table's lane order), bf16
-// 4096 x 2688 0.84x (tools/bench/probe_ab, medians of 40-60 alternating pairs); 8 x 2 and 8 x 3
-// lost for NVFP4 (1.43x, 1.65x) and 8 x 3 gained less for FP8 (0.87x).
+// 4096 x 2688 0.84x (tools/bench/probe_ab, medians of 40-60 alternating pairs). A decoder may
+// set kOutputsAt8Rows (NVFP4: 3, whose 8 x 4 tile stored 60 vector registers a step; measured
+// with the activations kept in registers, docs/PERFORMANCE.md, 2026-12-06 evening); FP8 and bf16
+// keep 8 x 4 (8 x 3 ran 1.03-1.04x slower).
 constexpr int kMaxRowsZ = 7;
 constexpr int kMaxRowsZIntel = 8;
 template <class D, int R>
+constexpr int tile_outputs() {
+  if constexpr (R == 8 && requires { D::kOutputsAt8Rows; })
+    return D::kOutputsAt8Rows;
+  else
+    return 4;
+}
+template <class D, int R>
 inline void rows_z(const PackedWeight& w, const float* x, int64_t xs, float* y, int64_t ys,
                    int64_t o_begin, int64_t o_end) {
+  constexpr int O = tile_outputs<D, R>();
   int64_t o = o_begin;
-  for (; o + 4 <= o_end; o += 4) tile_z<D, R, 4>(w, x, xs, y, ys, o);
+  for (; o + O <= o_end; o += O) tile_z<D, R, O>(w, x, xs, y, ys, o);
   for (; o < o_end; ++o) tile_z<D, R, 1>(w, x, xs, y, ys, o);
 }
 

@@ -19,6 +19,10 @@
 //   /tmp/probe_matrices 2 bf16 8 8 halves 256  # two threads over in_proj: halves in one call,
 //                                              # halves in N-output pieces, pieces interleaved,
 //                                              # each thread half the rows over every output
+// and MODE moe (docs/PERFORMANCE.md, "Intel Xeon, Emerald Rapids, evening"): only the MoE passes
+// below, at ROWS rows each routed to six random experts, then the routed experts alone and the
+// shared one alone:
+//   /tmp/probe_matrices 2 f32 6 4 moe
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -184,8 +188,8 @@ int main(int argc, char** argv) {
   const int reps = argc > 3 ? std::max(2, std::atoi(argv[3])) : 6;
   const int64_t rows = argc > 4 ? std::clamp<int64_t>(std::atoll(argv[4]), 1, 16) : 1;
   const std::string mode = argc > 5 ? argv[5] : "matrices";
-  if (mode != "matrices" && mode != "starts" && mode != "halves") {
-    std::fprintf(stderr, "MODE: matrices, starts or halves, not '%s'\n", mode.c_str());
+  if (mode != "matrices" && mode != "moe" && mode != "starts" && mode != "halves") {
+    std::fprintf(stderr, "MODE: matrices, moe, starts or halves, not '%s'\n", mode.c_str());
     return 2;
   }
   std::mt19937 g(1);
@@ -211,7 +215,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < kinds.size(); ++i) {
     const Kind& k = kinds[i];
     std::vector<PackedWeight> v;
-    if (mode == "matrices" || i == kInProj || i == kExpertUp)
+    if (mode == "matrices" || (mode == "moe" && i >= kExpertUp) || i == kInProj || i == kExpertUp)
       for (int c = 0; c < k.copies; ++c) v.push_back(make(k.fmt, k.out, k.in, arith, g));
     mats.push_back(std::move(v));
   }
@@ -227,7 +231,7 @@ int main(int argc, char** argv) {
                   argc > 6 ? std::max<int64_t>(16, std::atoll(argv[6])) : 256);
   // Each kind: `reps` rounds of up to 24 calls, each on a random copy other than the last one;
   // the first round is not counted.
-  for (size_t i = 0; i < kinds.size(); ++i) {
+  for (size_t i = 0; i < kinds.size() && mode == "matrices"; ++i) {
     const Kind& k = kinds[i];
     const size_t n = mats[i].size(), calls_per_round = std::min<size_t>(n, 24);
     double t = 0, bytes = 0;
@@ -244,39 +248,51 @@ int main(int argc, char** argv) {
     std::printf("%-22s %9.1f us/call %6.1f GB/s\n", k.name, t / double(calls) * 1e6,
                 bytes / t / 1e9);
   }
-  // moe_forward's decode passes: six random experts (ascending) and the shared one, each
-  // projection one linear_many; layer l takes shared copy l % 23.
+  // moe_forward's decode and verify passes: each of the `rows` rows takes six random experts;
+  // the union (ascending), each expert on its rows, and the shared one on every row, each
+  // projection one linear_many; layer l takes shared copy l % 23. Then the same routed experts
+  // without the shared one, and the shared one alone, so the three rates can be set side by side.
   std::uniform_int_distribution<int> pick(0, 127);
-  Buffer<float> h(size_t(rows * (6 * 1856 + 3712))), out(size_t(rows * 7 * 2688));
-  double t_up = 0, t_down = 0, b_up = 0, b_down = 0;
-  int64_t calls = 0;
-  for (int r = 0; r < reps * 23; ++r) {
-    std::vector<int> e;
-    while (e.size() < 6)
-      if (const int c = pick(g); std::find(e.begin(), e.end(), c) == e.end()) e.push_back(c);
-    std::sort(e.begin(), e.end());
-    std::vector<LinearJob> up, down;
-    const int64_t hs = 6 * 1856 + 3712;  // hidden values per row
-    for (size_t j = 0; j < 6; ++j) {
-      up.push_back({&mats[5][size_t(e[j])], x.data(), rows, 4096, h.data() + j * 1856, hs});
-      down.push_back(
-          {&mats[6][size_t(e[j])], h.data() + j * 1856, rows, hs, out.data() + j * 2688, 7 * 2688});
+  Buffer<float> h(size_t(6 * rows * 1856 + rows * 3712)), out(size_t((6 + 1) * rows * 2688));
+  for (int part = 0; part < 3; ++part) {  // routed + shared, routed, shared
+    double t_up = 0, t_down = 0, b_up = 0, b_down = 0, n_experts = 0;
+    int64_t calls = 0;
+    for (int r = 0; r < reps * 23; ++r) {
+      std::vector<int64_t> m(128, 0);  // rows per expert
+      for (int64_t t = 0; t < rows; ++t) {
+        std::vector<int> e;
+        while (e.size() < 6)
+          if (const int c = pick(g); std::find(e.begin(), e.end(), c) == e.end()) e.push_back(c);
+        for (int c : e) ++m[size_t(c)];
+      }
+      std::vector<LinearJob> up, down;
+      int64_t hoff = 0, ooff = 0;
+      for (size_t e = 0; e < 128 && part < 2; ++e) {
+        if (m[e] == 0) continue;
+        up.push_back({&mats[5][e], x.data(), m[e], 4096, h.data() + hoff, 1856});
+        down.push_back({&mats[6][e], h.data() + hoff, m[e], 1856, out.data() + ooff, 2688});
+        hoff += m[e] * 1856, ooff += m[e] * 2688;
+      }
+      const size_t s = size_t(r % 23);
+      if (part != 1) {
+        up.push_back({&mats[7][s], x.data(), rows, 4096, h.data() + hoff, 3712});
+        down.push_back({&mats[8][s], h.data() + hoff, rows, 3712, out.data() + ooff, 2688});
+      }
+      const double t0 = now();
+      linear_many(up, tc);
+      const double t1 = now();
+      linear_many(down, tc);
+      const double t2 = now();
+      if (r < 23) continue;
+      t_up += t1 - t0, t_down += t2 - t1, ++calls;
+      n_experts += double(up.size());
+      for (const auto& j : up) b_up += double(j.w->bytes());
+      for (const auto& j : down) b_down += double(j.w->bytes());
     }
-    const size_t s = size_t(r % 23);
-    up.push_back({&mats[7][s], x.data(), rows, 4096, h.data() + 6 * 1856, hs});
-    down.push_back({&mats[8][s], h.data() + 6 * 1856, rows, hs, out.data() + 6 * 2688, 7 * 2688});
-    const double t0 = now();
-    linear_many(up, tc);
-    const double t1 = now();
-    linear_many(down, tc);
-    const double t2 = now();
-    if (r < 23) continue;
-    t_up += t1 - t0, t_down += t2 - t1, ++calls;
-    for (const auto& j : up) b_up += double(j.w->bytes());
-    for (const auto& j : down) b_down += double(j.w->bytes());
+    const char* name = part == 0 ? "moe" : part == 1 ? "routed" : "shared";
+    std::printf("%-6s up   (linear_many) %9.1f us/call %6.1f GB/s, %.1f matrices a call\n", name,
+                t_up / double(calls) * 1e6, b_up / t_up / 1e9, n_experts / double(calls));
+    std::printf("%-6s down (linear_many) %9.1f us/call %6.1f GB/s\n", name,
+                t_down / double(calls) * 1e6, b_down / t_down / 1e9);
   }
-  std::printf("%-22s %9.1f us/call %6.1f GB/s\n", "moe up (linear_many)",
-              t_up / double(calls) * 1e6, b_up / t_up / 1e9);
-  std::printf("%-22s %9.1f us/call %6.1f GB/s\n", "moe down (linear_many)",
-              t_down / double(calls) * 1e6, b_down / t_down / 1e9);
 }
