@@ -161,17 +161,13 @@ struct Nvfp4Avx512 : Nvfp4Ref {
   // (kNextTileRows; docs/PERFORMANCE.md); the 5-7-row tiles too: 131072 x 2688 f32, two passes at
   // once, Zen 4, 5 / 6 / 7 rows 32.9-33.4 / 39.0-39.2 / 45.5-45.6 ms against the next tile into L2
   // 34.2-36.7 / 41.2-43.0 / 48.1-49.5 (2026-12-05).
-  // (O = 3: 1.5 lines of codes a step, 0.75 of scales, rounded up.)
+  // (O = 3: 1.5 lines of codes a step, 0.75 of scales, rounded up; O = 6: 3 and 1.5.)
   static constexpr int kNextTileRows = packed::kMaxRowsZIntel;
   template <int O, bool L2>
   void prefetch_next_tile(int64_t step) const {
     packed::prefetch_lines<(O + 1) / 2, L2>(rd + O * (K / 2), step);
     if ((step & 3) == 0) packed::prefetch_lines<(O + 3) / 4, L2>(rs + O * (K / 16), step >> 2);
   }
-  // 8 rows x 3 outputs (24 accumulators, none on the stack) in place of 8 x 4 (32, 60 vector
-  // stores a step): Xeon (Emerald Rapids), tools/bench/probe_ab, B / A medians: 96 x 2688
-  // L2-resident, 1 thread 0.79-0.91x the time; 32760 x 2688 streamed, 2 threads 0.94-0.96x.
-  static constexpr int kOutputsAt8Rows = 3;
   static __m512i codes(const uint8_t* p) {
     const __m512i ctrl =
         _mm512_set_epi64(0x3C00000038, 0x3400000030, 0x2C00000028, 0x2400000020,  //
@@ -217,6 +213,18 @@ struct Nvfp4Avx512 : Nvfp4Ref {
 
 #pragma GCC pop_options
 
+// Intel's tile widths (Xeon, Emerald Rapids; tools/bench/probe_ab against 4 outputs, B / A
+// medians: 96 x 2688 L2-resident on 1 thread, 32760 x 2688 streamed on 2; docs/PERFORMANCE.md,
+// 2026-12-06 evening): 2 rows x 8 outputs 0.873-0.878x / 0.959-0.960x the time, 3 x 6
+// 0.898-0.899x / 0.928-0.944x, 8 x 3 0.79-0.91x / 0.936-0.955x (24 accumulators in place of 32,
+// of which 8 x 4 stored 60 vector registers a step). Not taken: 4 x 6 (0.927x / 0.974x, 19 vector
+// stores a step), 5 x 5 (1.02-1.03x slower), 7 x 3 (1.00x).
+struct Nvfp4IntelTiles {
+  static constexpr int outputs(int rows) {
+    return rows == 2 ? 8 : rows == 3 ? 6 : rows == 8 ? 3 : 4;
+  }
+};
+
 }  // namespace
 
 void range_nvfp4_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
@@ -227,8 +235,8 @@ void range_nvfp4_avx512(const PackedWeight& w, const float* x, int64_t n_rows, i
 void range_nvfp4_avx512_8row(const PackedWeight& w, const float* x, int64_t n_rows,
                              int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
                              int64_t o_end) {
-  packed::range_avx512<Nvfp4Avx512, Nvfp4Avx512::kWideRows, packed::kMaxRowsZIntel>(
-      w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+  packed::range_avx512<Nvfp4Avx512, Nvfp4Avx512::kWideRows, packed::kMaxRowsZIntel,
+                       Nvfp4IntelTiles>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 
 void range_nvfp4_ref(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,

@@ -573,25 +573,22 @@ template <class D, int R, int O>
 // On an Intel Xeon (Emerald Rapids VM, 2 threads, streamed, 2026-12-06; the dispatch's Intel
 // kernels take kMaxRowsZIntel) the 8 x 4 tile, a few accumulators on the stack, beat 4 + 4:
 // FP8 10304 x 2688 0.74x the time, NVFP4 32768 x 2688 0.88x (0.89x in the table's lane order), bf16
-// 4096 x 2688 0.84x (tools/bench/probe_ab, medians of 40-60 alternating pairs). A decoder may
-// set kOutputsAt8Rows (NVFP4: 3, whose 8 x 4 tile stored 60 vector registers a step; measured
-// with the activations kept in registers, docs/PERFORMANCE.md, 2026-12-06 evening); FP8 and bf16
-// keep 8 x 4 (8 x 3 ran 1.03-1.04x slower).
+// 4096 x 2688 0.84x (tools/bench/probe_ab, medians of 40-60 alternating pairs). A kernel may
+// give other widths by rows (its TileShape: Intel's NVFP4, linear_nvfp4.cpp).
 constexpr int kMaxRowsZ = 7;
 constexpr int kMaxRowsZIntel = 8;
-template <class D, int R>
-constexpr int tile_outputs() {
-  if constexpr (R == 8 && requires { D::kOutputsAt8Rows; })
-    return D::kOutputsAt8Rows;
-  else
-    return 4;
-}
-template <class D, int R>
+// Outputs per tile at R rows: TileShape::outputs(R); this default, 4 at every R.
+struct FourOutputs {
+  static constexpr int outputs(int) { return 4; }
+};
+// [o_begin, o_end) as tiles of O outputs, the rest as tiles of 4 (when O > 4) and of 1.
+template <class D, int R, int O>
 inline void rows_z(const PackedWeight& w, const float* x, int64_t xs, float* y, int64_t ys,
                    int64_t o_begin, int64_t o_end) {
-  constexpr int O = tile_outputs<D, R>();
   int64_t o = o_begin;
   for (; o + O <= o_end; o += O) tile_z<D, R, O>(w, x, xs, y, ys, o);
+  if constexpr (O > 4)
+    for (; o + 4 <= o_end; o += 4) tile_z<D, R, 4>(w, x, xs, y, ys, o);
   for (; o < o_end; ++o) tile_z<D, R, 1>(w, x, xs, y, ys, o);
 }
 
@@ -729,8 +726,9 @@ void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
 // range_wide_z. Each decoder sets kWideRows where the
 // wide path starts to pay (measured on Zen 5: only NVFP4's decode is dear enough; FP8 and the
 // dense formats ran faster swept at 64 rows too). WideRows overrides it for a CPU that measured
-// otherwise (range_fp8_avx512_wide).
-template <class D, int64_t WideRows = D::kWideRows, int MaxRows = kMaxRowsZ>
+// otherwise (range_fp8_avx512_wide); TileShape the tiles' widths (FourOutputs).
+template <class D, int64_t WideRows = D::kWideRows, int MaxRows = kMaxRowsZ,
+          class TileShape = FourOutputs>
 void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
                   int64_t ys, int64_t o_begin, int64_t o_end) {
   if (n_rows <= 0 || o_begin >= o_end) return;
@@ -747,7 +745,8 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
   const auto rows = [&](int64_t r0, int64_t n, int64_t o0, int64_t o1) {
     const float* xr = x + r0 * xs;
     float* yr = y + r0 * ys;
-    with_row_tile<MaxRows>(n, [&]<int R>() { rows_z<D, R>(w, xr, xs, yr, ys, o0, o1); });
+    with_row_tile<MaxRows>(
+        n, [&]<int R>() { rows_z<D, R, TileShape::outputs(R)>(w, xr, xs, yr, ys, o0, o1); });
   };
   if (n_rows <= MaxRows) return rows(0, n_rows, o_begin, o_end);
   const int64_t ob = swept_block_outputs(w);

@@ -27,7 +27,7 @@ import sys
 FAMILIES = {
     # 7 row counts x 2 widths x 6 decoders (NVFP4, FP8 and Intel's FP8, bf16 / f16 / f32), 8
     # rows x 2 widths in the 6 that Intel's kernels use (FP8's half-float decode under DAZ; NVFP4's
-    # 8-row widths are 3 and 1), and
+    # 8-row widths are 3 and 1, and it adds 2 x 8 and 3 x 6: Nvfp4IntelTiles), and
     # 1-8 rows x 2 widths of Intel's FP8 on activations times 2^112
     "tile_z": (r"packed::tile_z<", 112, True),
     # 8 row counts x 2 widths x 5 decoders: NVFP4 (select, shift, shift by scale words), FP8, bf16
