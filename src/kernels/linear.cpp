@@ -228,7 +228,8 @@ void linear_many(std::span<const LinearJob> jobs, const ThreadConfig& tc) {
     return linear(*J.w, J.x, J.n_rows, J.x_stride, J.y, J.y_stride, tc);
   }
   // Blocks of outputs per job with linear()'s grain, rounded to 16 outputs so the 4-output tiles
-  // stay whole; start[j] = the first block of job j.
+  // stay whole (Intel's NVFP4 tiles of 3, 6 and 8 outputs finish a block with 4- and 1-output
+  // ones); start[j] = the first block of job j.
   std::vector<int64_t> start(jobs.size() + 1, 0), block(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
     const LinearJob& J = jobs[j];
