@@ -215,7 +215,11 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < kinds.size(); ++i) {
     const Kind& k = kinds[i];
     std::vector<PackedWeight> v;
-    if (mode == "matrices" || (mode == "moe" && i >= kExpertUp) || i == kInProj || i == kExpertUp)
+    // matrices: every kind; moe: the experts' and shared experts'; starts, halves: in_proj's and
+    // the experts' up projections.
+    const bool used =
+        mode == "matrices" || (mode == "moe" ? i >= kExpertUp : i == kInProj || i == kExpertUp);
+    if (used)
       for (int c = 0; c < k.copies; ++c) v.push_back(make(k.fmt, k.out, k.in, arith, g));
     mats.push_back(std::move(v));
   }
@@ -255,7 +259,7 @@ int main(int argc, char** argv) {
   std::uniform_int_distribution<int> pick(0, 127);
   Buffer<float> h(size_t(6 * rows * 1856 + rows * 3712)), out(size_t((6 + 1) * rows * 2688));
   for (int part = 0; part < 3; ++part) {  // routed + shared, routed, shared
-    double t_up = 0, t_down = 0, b_up = 0, b_down = 0, n_experts = 0;
+    double t_up = 0, t_down = 0, b_up = 0, b_down = 0, n_matrices = 0;
     int64_t calls = 0;
     for (int r = 0; r < reps * 23; ++r) {
       std::vector<int64_t> m(128, 0);  // rows per expert
@@ -285,13 +289,13 @@ int main(int argc, char** argv) {
       const double t2 = now();
       if (r < 23) continue;
       t_up += t1 - t0, t_down += t2 - t1, ++calls;
-      n_experts += double(up.size());
+      n_matrices += double(up.size());
       for (const auto& j : up) b_up += double(j.w->bytes());
       for (const auto& j : down) b_down += double(j.w->bytes());
     }
     const char* name = part == 0 ? "moe" : part == 1 ? "routed" : "shared";
     std::printf("%-6s up   (linear_many) %9.1f us/call %6.1f GB/s, %.1f matrices a call\n", name,
-                t_up / double(calls) * 1e6, b_up / t_up / 1e9, n_experts / double(calls));
+                t_up / double(calls) * 1e6, b_up / t_up / 1e9, n_matrices / double(calls));
     std::printf("%-6s down (linear_many) %9.1f us/call %6.1f GB/s\n", name,
                 t_down / double(calls) * 1e6, b_down / t_down / 1e9);
   }
