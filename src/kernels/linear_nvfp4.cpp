@@ -203,6 +203,14 @@ struct Nvfp4Avx512 : Nvfp4Ref {
         reinterpret_cast<const float*>(reinterpret_cast<const char*>(kProducts.data()) +
                                        scale_row_offset<6>(sw, b)));
   }
+  // The same table row from block k / 16 + b's scale byte: a load and a shift in place of RORX
+  // and AND (tile_z's ScaleBytes; Nvfp4IntelTiles).
+  __m512 decode16z_lanes_byte(int64_t k, int b) const {
+    return lanes_from_row(
+        rd + (k >> 1) + 8 * b,
+        reinterpret_cast<const float*>(reinterpret_cast<const char*>(kProducts.data()) +
+                                       (uint64_t(rs[(k >> 4) + b]) << 6)));
+  }
   // The decode-once (wide) paths, in canonical order.
   __m512 decode16z(int64_t k) const {
     // maskz: GCC 12's unmasked form reads an "undefined" register (-Wmaybe-uninitialized).
@@ -219,10 +227,16 @@ struct Nvfp4Avx512 : Nvfp4Ref {
 // 0.898-0.899x / 0.928-0.944x, 8 x 3 0.79-0.91x / 0.936-0.955x (24 accumulators in place of 32,
 // of which 8 x 4 stored 60 vector registers a step). Not taken: 4 x 6 (0.927x / 0.974x, 19 vector
 // stores a step), 5 x 5 (1.02-1.03x slower), 7 x 3 (1.00x).
+// The 4 x 4 tile takes each block's table row by its scale byte (a load and a shift) rather than
+// from the step's scale words (RORX and AND, whose ALU uops can take ports 0 and 5 from the vector
+// ones): 96 x 2688 L2-resident 0.944x the time, 32760 x 2688 streamed 0.948x (2026-12-06, night);
+// at 1 row 0.976x L2-resident but 0.995x streamed (quartiles 0.95-1.04), at 2, 3 and 5-8 rows
+// 1.00-1.02x.
 struct Nvfp4IntelTiles {
   static constexpr int outputs(int rows) {
     return rows == 2 ? 8 : rows == 3 ? 6 : rows == 8 ? 3 : 4;
   }
+  static constexpr bool scale_bytes(int rows) { return rows == 4; }
 };
 
 }  // namespace

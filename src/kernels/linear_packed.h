@@ -501,8 +501,9 @@ constexpr int next_tile_level() {
 
 // R rows x O outputs [o, o+O). Accumulators are a fixed-size array indexed by compile-time
 // constants after unrolling, so they live in registers (R*O <= 28 of the 32 zmm; check_tile_code.py
-// names the few tiles that keep some on the stack).
-template <class D, int R, int O>
+// names the few tiles that keep some on the stack). ScaleBytes: a scale-word decoder's table rows
+// by each block's scale byte (D::decode16z_lanes_byte) instead of from the step's scale words.
+template <class D, int R, int O, bool ScaleBytes = false>
 [[gnu::noinline]] void tile_z(const PackedWeight& w, const float* x, int64_t xs, float* y,
                               int64_t ys, int64_t o) {
   const int64_t K = w.cols, K16 = K - K % 16;
@@ -540,14 +541,20 @@ template <class D, int R, int O>
     for (; k + 128 <= K16; k += 128) {
       prefetch(k);
       prefetch(k + 64);
-      uint64_t sw[O];
+      uint64_t sw[O] = {};
+      if constexpr (!ScaleBytes) {
 #pragma GCC unroll 16
-      for (int j = 0; j < O; ++j) sw[j] = d[j].scale_word(k);
+        for (int j = 0; j < O; ++j) sw[j] = d[j].scale_word(k);
+      }
 #pragma GCC unroll 8
       for (int b = 0; b < 8; ++b) {
         __m512 wv[O];
 #pragma GCC unroll 16
-        for (int j = 0; j < O; ++j) wv[j] = d[j].decode16z_lanes(k, sw[j], b);
+        for (int j = 0; j < O; ++j)
+          if constexpr (ScaleBytes)
+            wv[j] = d[j].decode16z_lanes_byte(k, b);
+          else
+            wv[j] = d[j].decode16z_lanes(k, sw[j], b);
         block(k + 16 * b, wv);
       }
     }
@@ -577,19 +584,21 @@ template <class D, int R, int O>
 // give other widths by rows (its TileShape: Intel's NVFP4, linear_nvfp4.cpp).
 constexpr int kMaxRowsZ = 7;
 constexpr int kMaxRowsZIntel = 8;
-// Outputs per tile at R rows: TileShape::outputs(R); this default, 4 at every R.
+// The tiles at R rows: TileShape::outputs(R) outputs wide, and tile_z's ScaleBytes at
+// TileShape::scale_bytes(R); this default, 4 outputs and the scale words at every R.
 struct FourOutputs {
   static constexpr int outputs(int) { return 4; }
+  static constexpr bool scale_bytes(int) { return false; }
 };
 // [o_begin, o_end) as tiles of O outputs, the rest as tiles of 4 (when O > 4) and of 1.
-template <class D, int R, int O>
+template <class D, int R, int O, bool ScaleBytes = false>
 inline void rows_z(const PackedWeight& w, const float* x, int64_t xs, float* y, int64_t ys,
                    int64_t o_begin, int64_t o_end) {
   int64_t o = o_begin;
-  for (; o + O <= o_end; o += O) tile_z<D, R, O>(w, x, xs, y, ys, o);
+  for (; o + O <= o_end; o += O) tile_z<D, R, O, ScaleBytes>(w, x, xs, y, ys, o);
   if constexpr (O > 4)
-    for (; o + 4 <= o_end; o += 4) tile_z<D, R, 4>(w, x, xs, y, ys, o);
-  for (; o < o_end; ++o) tile_z<D, R, 1>(w, x, xs, y, ys, o);
+    for (; o + 4 <= o_end; o += 4) tile_z<D, R, 4, ScaleBytes>(w, x, xs, y, ys, o);
+  for (; o < o_end; ++o) tile_z<D, R, 1, ScaleBytes>(w, x, xs, y, ys, o);
 }
 
 // Wide passes (>= kWideRows rows, prefill): GEMM blocking. Rows go in blocks whose activations
@@ -726,7 +735,7 @@ void range_wide_z(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
 // range_wide_z. Each decoder sets kWideRows where the
 // wide path starts to pay (measured on Zen 5: only NVFP4's decode is dear enough; FP8 and the
 // dense formats ran faster swept at 64 rows too). WideRows overrides it for a CPU that measured
-// otherwise (range_fp8_avx512_wide); TileShape the tiles' widths (FourOutputs).
+// otherwise (range_fp8_avx512_wide); TileShape the tiles' widths and table rows (FourOutputs).
 template <class D, int64_t WideRows = D::kWideRows, int MaxRows = kMaxRowsZ,
           class TileShape = FourOutputs>
 void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t xs, float* y,
@@ -745,8 +754,9 @@ void range_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t
   const auto rows = [&](int64_t r0, int64_t n, int64_t o0, int64_t o1) {
     const float* xr = x + r0 * xs;
     float* yr = y + r0 * ys;
-    with_row_tile<MaxRows>(
-        n, [&]<int R>() { rows_z<D, R, TileShape::outputs(R)>(w, xr, xs, yr, ys, o0, o1); });
+    with_row_tile<MaxRows>(n, [&]<int R>() {
+      rows_z<D, R, TileShape::outputs(R), TileShape::scale_bytes(R)>(w, xr, xs, yr, ys, o0, o1);
+    });
   };
   if (n_rows <= MaxRows) return rows(0, n_rows, o_begin, o_end);
   const int64_t ob = swept_block_outputs(w);
