@@ -230,7 +230,7 @@ struct Nvfp4Avx512 : Nvfp4Ref {
 // The 4 x 4 tile takes each block's table row by its scale byte (a load and a shift) rather than
 // from the step's scale words (RORX and AND, whose ALU uops can take ports 0 and 5 from the vector
 // ones): 96 x 2688 L2-resident 0.944x the time, 32760 x 2688 streamed 0.948x (2026-12-06, night);
-// at 1 row 0.976x L2-resident but 0.995x streamed (quartiles 0.95-1.04), at 2, 3 and 5-8 rows
+// at 1 row 0.976x L2-resident but 0.989-1.002x streamed (1-2 threads), at 2, 3 and 5-8 rows
 // 1.00-1.02x.
 struct Nvfp4IntelTiles {
   static constexpr int outputs(int rows) {
