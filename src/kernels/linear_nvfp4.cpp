@@ -204,7 +204,8 @@ struct Nvfp4Avx512 : Nvfp4Ref {
                                        scale_row_offset<6>(sw, b)));
   }
   // The same table row from block k / 16 + b's scale byte: a load and a shift in place of RORX
-  // and AND (tile_z's ScaleBytes; Nvfp4IntelTiles).
+  // and AND (tile_z's ScaleBytes; Nvfp4IntelTiles). The value of decode16z_lanes(k + 16 b), but
+  // with that call GCC laid the 4 x 4 tile out otherwise, 1.03x (streamed) to 1.07x slower.
   __m512 decode16z_lanes_byte(int64_t k, int b) const {
     return lanes_from_row(
         rd + (k >> 1) + 8 * b,
