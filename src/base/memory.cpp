@@ -43,6 +43,9 @@ size_t current_rss_bytes() {
 size_t peak_rss_bytes() {
   return read_status_kb("VmHWM:");
 }
+size_t current_rss_anon_bytes() {
+  return read_status_kb("RssAnon:");
+}
 int64_t major_page_faults() {
   struct rusage u {};
   return getrusage(RUSAGE_SELF, &u) == 0 ? int64_t(u.ru_majflt) : 0;

@@ -69,6 +69,9 @@ void tune_allocator();
 // Resident set size now and peak (VmHWM), in bytes; 0 if unavailable.
 size_t current_rss_bytes();
 size_t peak_rss_bytes();
+// The anonymous part of the resident set now (RssAnon: heap, stacks, anonymous mappings; not the
+// pages of mapped files such as the checkpoint or the program's own code); 0 if unavailable.
+size_t current_rss_anon_bytes();
 // Major page faults of this process so far (getrusage: faults that read from disk, each one or
 // more pages with readahead).
 int64_t major_page_faults();

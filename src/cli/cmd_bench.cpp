@@ -619,6 +619,7 @@ struct Bench {
     const double rss_gb = double(peak_rss_bytes()) / 1e9;
     j["peak_rss_gb"] = rss_gb;
     j["rss_mb"] = double(current_rss_bytes()) / 1e6;
+    j["rss_anon_mb"] = double(current_rss_anon_bytes()) / 1e6;
     std::error_code ec;
     const auto dir = std::filesystem::canonical(m.store().dir(), ec);
     j["rss_checkpoint_mb"] = ec ? 0.0 : double(mapped_rss_bytes(dir.string() + "/")) / 1e6;
@@ -717,6 +718,7 @@ std::vector<Command> make_bench_command() {
   v[0].run = [bo]() {
     auto dir = resolve_model_dir(bo->model);
     const double rss_before_load = double(current_rss_bytes()) / 1e6;
+    const double rss_anon_before_load = double(current_rss_anon_bytes()) / 1e6;
     const double tl = now_seconds();
     auto m = model::NemotronH::load(dir->path, {.kv_dtype = model::parse_kv_dtype(bo->kv_cache),
                                                 .no_mmap = bo->no_mmap,
@@ -747,7 +749,8 @@ std::vector<Command> make_bench_command() {
            {"isa", kernels::isa_name(kernels::active_isa())},
            {"arith", bo->arith},
            {"load_s", load_s},
-           {"rss_before_load_mb", rss_before_load}};
+           {"rss_before_load_mb", rss_before_load},
+           {"rss_anon_before_load_mb", rss_anon_before_load}};
     // Steady state, as in a server that has run a while (and as llama-bench's warm-up, which runs
     // every expert): every page of the checkpoint mapped before anything is timed.
     if (!bo->cold && !bo->no_mmap) {  // --no-mmap: every page was written at load
