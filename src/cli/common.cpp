@@ -205,7 +205,8 @@ kernels::Arith arith_of(const std::string& arith) {
 
 std::string arith_summary(const std::string& arith) {
   if (kernels::parse_arith(arith) == kernels::Arith::F32)
-    return "NVFP4/FP8/bf16 layers: f32 activations";
+    return fmt::format("NVFP4/FP8/bf16 layers: f32 activations ({} kernel)",
+                       kernels::f32_kernel_name(kernels::active_isa()));
   return fmt::format("NVFP4/FP8/bf16 layers: bf16 activations ({} kernel)",
                      kernels::bf16_kernel_name(kernels::active_isa()));
 }

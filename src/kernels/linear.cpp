@@ -124,6 +124,14 @@ bool cpu_is_intel() {
   return intel;
 }
 
+bool cpu_has_gfni() {
+  static const bool gfni = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("gfni");
+  }();
+  return gfni;
+}
+
 namespace {
 WideBlocking cache_blocking() {
   const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -149,6 +157,12 @@ void set_wide_blocking(WideBlocking b) {
   if (b.k_chunk <= 0) b = cache_blocking();
   wide_slot(true).store(std::max<int64_t>(16, b.k_chunk / 16 * 16));
   wide_slot(false).store(std::max<int64_t>(1, b.row_bytes));
+}
+
+const char* f32_kernel_name(Isa isa) {
+  if (isa >= Isa::Avx512 && cpu_is_intel())
+    return cpu_has_gfni() ? "avx512 (Intel tiles; FP8 by GFNI)" : "avx512 (Intel tiles)";
+  return isa_name(isa);
 }
 
 const char* bf16_kernel_name(Isa isa) {
@@ -293,7 +307,10 @@ RangeFn select_range_fn(WeightFormat f, Isa isa) {
       if (isa >= Isa::Avx512) return cpu_is_intel() ? range_nvfp4_avx512_8row : range_nvfp4_avx512;
       return isa >= Isa::Avx2 ? range_nvfp4_avx2 : range_nvfp4_ref;
     case WeightFormat::FP8_E4M3:
-      if (isa >= Isa::Avx512) return cpu_is_intel() ? range_fp8_avx512_wide : range_fp8_avx512;
+      if (isa >= Isa::Avx512)
+        return !cpu_is_intel()  ? range_fp8_avx512
+               : cpu_has_gfni() ? range_fp8_avx512_wide_gfni
+                                : range_fp8_avx512_wide;
       return isa >= Isa::Avx2 ? range_fp8_avx2 : range_fp8_ref;
     case WeightFormat::AFFINE4:
     case WeightFormat::AFFINE8:

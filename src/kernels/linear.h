@@ -85,6 +85,9 @@ bool cpu_splits_512bit_ops();
 // step by scale words (range_nvfp4_bf16_avx512_words); the same bits, faster there, unmeasured on
 // Intel.
 bool cpu_is_intel();
+// GFNI (GF2P8AFFINEQB): Intel's FP8 passes of 1-15 rows decode in two uops with it
+// (range_fp8_avx512_wide_gfni).
+bool cpu_has_gfni();
 // The AVX-512 wide passes' blocking (range_wide_z), from this CPU's caches as sysconf reports
 // them (32 KB L1D and 1 MB L2 where it reports none): k chunks of 384 where L1D holds 48 KB
 // (16 outputs' weights, 6 rows' activations and their parked accumulators: 39 KB), else 256
@@ -103,6 +106,9 @@ void set_wide_blocking(WideBlocking b);
 // note on Zen 4, cpu_splits_512bit_ops), "avx2" or "reference". (bf16 weights take the AVX2
 // kernel where the instruction failed their own self-check, detail::dense_bf16_verified.)
 const char* bf16_kernel_name(Isa isa);
+// Which kernels Arith::F32's packed products run at `isa`: "avx512 (Intel tiles; FP8 by GFNI)",
+// "avx512 (Intel tiles)" (cpu_is_intel, cpu_has_gfni), "avx512", "avx2" or "reference".
+const char* f32_kernel_name(Isa isa);
 
 // y[r * y_stride + o] for r < n_rows, o < w.rows. Threads split o.
 void linear(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride, float* y,

@@ -134,6 +134,30 @@ struct Fp8Avx512Intel : Fp8Avx512 {
   }
 };
 
+// The same 16 values in two vector uops where the CPU has GFNI: the 16 bytes broadcast into both
+// halves of a ymm (a load, no ALU uop), one GF2P8AFFINEQB rearranging each byte's bits by an 8 x 8
+// bit matrix per qword (low half: sign and e4m3 bits 6..4 as an f32's top byte, 1000 0bbb; high
+// half: bits 3..0 as the next byte, bbbb 0000), and one VPERMB placing byte i of each half as
+// bytes 3 and 2 of lane i (bytes 1 and 0 zeroed). The bits are e4m3_times_2m120's for all 256
+// codes. The instruction goes through asm: as an intrinsic it needs "gfni" in the target, and
+// tile_z (linear_packed.h), compiled without it, would then call the decoder instead of
+// inlining it; the kernel that uses it runs only where the CPU has GFNI (cpu_has_gfni).
+inline __m512 e4m3_times_2m120_gfni(const uint8_t* p) {
+  // Output bit i of a byte is the parity of (input & byte 7 - i of the qword's matrix).
+  const __m256i bits = _mm256_setr_epi64x(0x1020400000000080ll, 0x1020400000000080ll,
+                                          0x0000000001020408ll, 0x0000000001020408ll);
+  const __m256i y =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  __m256i t;
+  asm("vgf2p8affineqb $0, %2, %1, %0" : "=v"(t) : "v"(y), "vm"(bits));
+  const __m512i to_lanes = _mm512_set_epi8(  // lane i: bytes 3, 2 = t[i], t[16 + i]
+      15, 31, 0, 0, 14, 30, 0, 0, 13, 29, 0, 0, 12, 28, 0, 0, 11, 27, 0, 0, 10, 26, 0, 0, 9, 25, 0,
+      0, 8, 24, 0, 0, 7, 23, 0, 0, 6, 22, 0, 0, 5, 21, 0, 0, 4, 20, 0, 0, 3, 19, 0, 0, 2, 18, 0, 0,
+      1, 17, 0, 0, 0, 16, 0, 0);
+  return _mm512_castsi512_ps(
+      _mm512_maskz_permutexvar_epi8(0xCCCCCCCCCCCCCCCCull, to_lanes, _mm512_castsi256_si512(t)));
+}
+
 // Intel, passes of fewer rows than the wide ones: the multiply by 2^112 moves onto the
 // activations, once per pass. The decode is the three uops before it (w'' = e4m3 * 2^-120 =
 // w' * 2^-112, exact, subnormals included) and the pass runs on x'' = x * 2^112 (exact while
@@ -145,6 +169,21 @@ struct Fp8Avx512IntelScaledX : Fp8Avx512 {
   float at(int64_t k) const {  // the scalar tails: the same bits as a decode16z lane
     return std::bit_cast<float>((uint32_t(int32_t(int8_t(rd[k]))) << 20) & 0x87FFFFFFu);
   }
+};
+// The same with GFNI's two-uop decode. On the Emerald Rapids Xeon (2026-12-06,
+// tools/bench/probe_ab, medians of 20-60 alternating pairs): 96 x 2688 L2-resident, 1 thread, 1 /
+// 2 / 3 / 4 / 5 / 6 rows 0.78 / 0.83 / 0.85 / 0.88 / 0.89 / 0.91x the time; 10304 x 2688 streamed
+// on 2 threads 1 / 2 / 4 / 6 rows 0.95 / 0.89 / 0.96 / 0.95x. At 8 rows as 8 x 3 tiles
+// (Fp8GfniTiles). In the wide passes (16+ rows, decoded once) it did not pay (1.00-1.02x).
+struct Fp8Avx512IntelScaledXGfni : Fp8Avx512IntelScaledX {
+  __m512 decode16z(int64_t k) const { return e4m3_times_2m120_gfni(rd + k); }
+};
+// 8 rows as 8 x 3 tiles with the GFNI decode (its to_lanes and bits take two registers where the
+// three-uop decode's mask takes one; 8 x 4 keeps more accumulators on the stack): L2-resident
+// 0.97x the time of 8 x 4, streamed on 2 threads 0.99x (Emerald Rapids, tools/bench/probe_ab).
+struct Fp8GfniTiles {
+  static constexpr int outputs(int rows) { return rows == 8 ? 3 : 4; }
+  static constexpr bool scale_bytes(int) { return false; }
 };
 
 // out = x * 2^112 for n_rows rows of K (stride xs in, K out); false if a finite |x| >= 2^16
@@ -167,8 +206,10 @@ bool scaled_activations(const float* x, int64_t n_rows, int64_t xs, int64_t K, f
 
 }  // namespace
 
-void range_fp8_avx512_wide(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
-                           float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
+namespace {
+template <bool Gfni>
+void range_fp8_intel(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                     float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
   constexpr int64_t kWide = 16;  // rows from which the passes decode once to f32 (range_wide_z)
   if (_mm_getcsr() & 0x40u)      // DAZ: both Intel decoders leave e4m3's subnormals f32 subnormals
     return packed::range_avx512<Fp8Avx512, kWide, packed::kMaxRowsZIntel>(w, x, n_rows, x_stride, y,
@@ -179,12 +220,29 @@ void range_fp8_avx512_wide(const PackedWeight& w, const float* x, int64_t n_rows
   // tools/bench/probe_ab).
   if (n_rows > 0 && n_rows < kWide && o_begin < o_end) {
     const auto xs = alloc_aligned64<float>(size_t(n_rows * w.cols));
-    if (scaled_activations(x, n_rows, x_stride, w.cols, xs.get()))
-      return packed::range_avx512<Fp8Avx512IntelScaledX, kWide, packed::kMaxRowsZIntel>(
-          w, xs.get(), n_rows, w.cols, y, y_stride, o_begin, o_end);
+    if (scaled_activations(x, n_rows, x_stride, w.cols, xs.get())) {
+      if constexpr (Gfni)
+        return packed::range_avx512<Fp8Avx512IntelScaledXGfni, kWide, packed::kMaxRowsZIntel,
+                                    Fp8GfniTiles>(w, xs.get(), n_rows, w.cols, y, y_stride, o_begin,
+                                                  o_end);
+      else
+        return packed::range_avx512<Fp8Avx512IntelScaledX, kWide, packed::kMaxRowsZIntel>(
+            w, xs.get(), n_rows, w.cols, y, y_stride, o_begin, o_end);
+    }
   }
   packed::range_avx512<Fp8Avx512Intel, kWide, packed::kMaxRowsZIntel>(w, x, n_rows, x_stride, y,
                                                                       y_stride, o_begin, o_end);
+}
+}  // namespace
+
+void range_fp8_avx512_wide(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
+                           float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {
+  range_fp8_intel<false>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
+}
+void range_fp8_avx512_wide_gfni(const PackedWeight& w, const float* x, int64_t n_rows,
+                                int64_t x_stride, float* y, int64_t y_stride, int64_t o_begin,
+                                int64_t o_end) {
+  range_fp8_intel<true>(w, x, n_rows, x_stride, y, y_stride, o_begin, o_end);
 }
 void range_fp8_avx512(const PackedWeight& w, const float* x, int64_t n_rows, int64_t x_stride,
                       float* y, int64_t y_stride, int64_t o_begin, int64_t o_end) {

@@ -75,6 +75,10 @@ void range_fp8_avx512(const PackedWeight&, const float*, int64_t, int64_t, float
 // tile (packed::kMaxRowsZIntel).
 void range_fp8_avx512_wide(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                            int64_t, int64_t);
+// The same bits, its passes of 1-15 rows decoding FP8 by GFNI in two uops instead of three (call
+// only where cpu_has_gfni()).
+void range_fp8_avx512_wide_gfni(const PackedWeight&, const float*, int64_t, int64_t, float*,
+                                int64_t, int64_t, int64_t);
 void dequantize_row_fp8(const PackedWeight& w, int64_t o, float* out);
 void range_fp8_bf16_ref(const PackedWeight&, const float*, int64_t, int64_t, float*, int64_t,
                         int64_t, int64_t);

@@ -29,8 +29,9 @@ FAMILIES = {
     # rows x 2 widths in the 6 that Intel's kernels use (FP8's half-float decode under DAZ; NVFP4's
     # 8-row widths are 3 and 1, and it adds 2 x 8 and 3 x 6: Nvfp4IntelTiles), and
     # 1-8 rows x 2 widths of Intel's FP8 on activations times 2^112, and Intel's NVFP4 4 rows x 4
-    # and 1 outputs again with the table rows by scale bytes (tile_z's ScaleBytes = true)
-    "tile_z": (r"packed::tile_z<", 114, True),
+    # and 1 outputs again with the table rows by scale bytes (tile_z's ScaleBytes = true), and
+    # Intel's FP8 by GFNI: 1-7 rows x 4 and 1 outputs, 8 rows x 3 and 1 (Fp8GfniTiles)
+    "tile_z": (r"packed::tile_z<", 130, True),
     # 8 row counts x 2 widths x 5 decoders: NVFP4 (select, shift, shift by scale words), FP8, bf16
     "tile_bf16_z": (r"packed::tile_bf16_z<", 80, True),
     "tile_bf16_y": (r"packed::tile_bf16_y<", 8, True),  # 1-4 rows x 2 widths, NVFP4 (Zen 4)
@@ -49,6 +50,9 @@ KNOWN_SPILLS = {r"tile_bf16_avx2<2, 2>": 8, r"Fp8Bf16Avx2, 2, 2>": 4, r"DenseBf1
                 # (Zen 4, docs/PERFORMANCE.md, 2026-12-05: 7 rows NVFP4 1.06-1.11x, FP8 1.18-1.21x).
                 r"Nvfp4Avx512, 6, 4, false>": 4, r"Nvfp4Avx512, 7, 4, false>": 23,
                 r"Fp8Avx512, 7, 4, false>": 3, r"Fp8Avx512Intel, 7, 4, false>": 3,
+                # GFNI's FP8 decode (two registers of constants): 7 rows 0.94x the time of the
+                # three-uop decode's 7 x 4 all the same (Xeon, docs/PERFORMANCE.md, 2026-12-06).
+                r"Fp8Avx512IntelScaledXGfni, 7, 4, false>": 3,
                 # Intel's 8 x 4 tiles (32 accumulators): 0.74-0.84x the time of two 4-row groups
                 # all the same (Xeon, docs/PERFORMANCE.md, 2026-12-06). NVFP4's 8 rows run as
                 # 8 x 3 (its 8 x 4 stored 60 a step of 8 blocks), within MAX_LOOP_STORES.

@@ -266,6 +266,33 @@ TEST(LinearPacked, BothFp8Avx512KernelsEqualTheReference) {
             int(3 * std::size(kRowCounts) * 2));
 }
 
+// Intel's FP8 kernel with GFNI's two-uop decode below 16 rows (the dispatch's choice where the CPU
+// has GFNI): the reference's bits at every width, and, on a matrix holding every one of the 256
+// codes (NaN codes too, which the reference decodes to NaN and the Intel decoders to 1.875), the
+// three-uop kernel's bits.
+TEST(LinearPacked, Fp8GfniKernelEqualsTheReference) {
+  if (detected_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
+  if (!cpu_has_gfni()) GTEST_SKIP() << "no GFNI here";
+  std::vector<std::unique_ptr<Case>> cases;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 96}, {9, 2688}, {21, 1864}})
+    cases.push_back(make_fp8(rows, cols, uint32_t(rows * 17 + cols)));
+  EXPECT_EQ(
+      expect_equal_reference(cases, detail::range_fp8_ref, {detail::range_fp8_avx512_wide_gfni}),
+      int(3 * std::size(kRowCounts)));
+  auto every = make_fp8(13, 272, 5);  // 3536 weights: each code at least 13 times
+  for (size_t i = 0; i < every->data.size(); ++i) every->data[i] = uint8_t(i * 37 % 256);
+  int compared = 0;
+  for (int64_t n : kRowCounts) {
+    const int64_t K = every->w.cols, N = every->w.rows;
+    const auto x = rand_x(n, K, uint32_t(n));
+    const auto want = run_in_ranges(detail::range_fp8_avx512_wide, every->w, x, n, K, N);
+    const auto got = run_in_ranges(detail::range_fp8_avx512_wide_gfni, every->w, x, n, K, N);
+    ++compared;
+    EXPECT_TRUE(bitwise_equal(want, got)) << "rows=" << n << " " << first_diff(want, got);
+  }
+  EXPECT_EQ(compared, int(std::size(kRowCounts)));
+}
+
 // Intel's FP8 passes below 16 rows run on the activations times 2^112 where that is exact (every
 // finite |x| < 2^16) and on the four-uop decode otherwise: one activation at and around that edge,
 // non-finite or subnormal, in a full block or the tail, gives the reference's bits either way.
@@ -284,12 +311,16 @@ TEST(LinearPacked, Fp8ActivationsAtTheScaledEdgeEqualTheReference) {
         x[size_t((n - 1) * K + at)] = v;
         std::vector<float> want(size_t(n * N)), got(size_t(n * N));
         detail::range_fp8_ref(c->w, x.data(), n, K, want.data(), N, 0, N);
-        detail::range_fp8_avx512_wide(c->w, x.data(), n, K, got.data(), N, 0, N);
-        ++compared;
-        EXPECT_TRUE(bitwise_equal(want, got))
-            << "x = " << v << " rows=" << n << " at " << at << ": " << first_diff(want, got);
+        for (auto kernel : {detail::range_fp8_avx512_wide, detail::range_fp8_avx512_wide_gfni}) {
+          if (kernel == detail::range_fp8_avx512_wide_gfni && !cpu_has_gfni()) continue;
+          std::fill(got.begin(), got.end(), -1.0f);
+          kernel(c->w, x.data(), n, K, got.data(), N, 0, N);
+          ++compared;
+          EXPECT_TRUE(bitwise_equal(want, got))
+              << "x = " << v << " rows=" << n << " at " << at << ": " << first_diff(want, got);
+        }
       }
-  EXPECT_EQ(compared, int(std::size(edges)) * 5 * 2);
+  EXPECT_EQ(compared, int(std::size(edges)) * 5 * 2 * (cpu_has_gfni() ? 2 : 1));
 }
 
 // Prefill widths: range_wide_z splits the rows into blocks whose activations fit L2, copies them
