@@ -245,7 +245,7 @@ for f in sorted(glob.glob(f"{run}/llama_r*.json")):
         kind = "pp" if t["n_prompt"] > 0 else "tg"
         best = max(t["samples_ts"]) if t.get("samples_ts") else t["avg_ts"]
         llama.setdefault((t["n_threads"], kind), []).append(best)
-nem, bw, bpt, isa, pattern = {}, {}, None, None, None
+nem, bw, bpt, isa, pattern = {}, {}, None, {}, None
 paired = {}  # (threads, arith) -> nemotron's repetitions, each against its own probes around it
 for f in sorted(glob.glob(f"{run}/nemotron_r*_t*.json")):
     j = json.load(open(f))
@@ -254,7 +254,8 @@ for f in sorted(glob.glob(f"{run}/nemotron_r*_t*.json")):
     nem.setdefault((th, ar, "tg"), []).append(j["decode_tok_s"])
     bw[th] = max(bw.get(th, 0.0), j["read_bandwidth_gb_s"])
     paired.setdefault((th, ar), []).extend(j.get("roofline_fraction_paired", {}).get("runs", []))
-    bpt, isa, pattern = j["decode_gb_per_token"], j["isa"], j["layers"]
+    bpt, pattern = j["decode_gb_per_token"], j["layers"]
+    isa[ar] = j.get("kernel", j["isa"])  # the packed products' kernel (bench --json), else the ISA
 
 med = lambda v: statistics.median(v) if v else float("nan")
 bpt_llama = bpt + extra / 1e9
@@ -271,7 +272,7 @@ for th in sorted(bw):
     lpp, ltg = med(llama.get((th, "pp"), [])), med(llama.get((th, "tg"), []))
     for ar in ariths:
         npp, ntg = med(nem.get((th, ar, "pp"), [])), med(nem.get((th, ar, "tg"), []))
-        print(f"| {th} | nemotron --arith {ar} | {npp:.2f} | {ntg:.2f} | {100 * ntg * bpt / bw[th]:.0f} % of {bw[th]:.1f} GB/s | {isa} |")
+        print(f"| {th} | nemotron --arith {ar} | {npp:.2f} | {ntg:.2f} | {100 * ntg * bpt / bw[th]:.0f} % of {bw[th]:.1f} GB/s | {isa[ar]} |")
     print(f"| {th} | llama.cpp | {lpp:.2f} | {ltg:.2f} | {100 * ltg * bpt_llama / bw[th]:.0f} % of {bw[th]:.1f} GB/s | {llama_isa} |")
     for ar in ariths:
         npp, ntg = med(nem.get((th, ar, "pp"), [])), med(nem.get((th, ar, "tg"), []))
