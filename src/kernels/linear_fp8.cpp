@@ -136,8 +136,8 @@ struct Fp8Avx512Intel : Fp8Avx512 {
 
 // The same 16 values in two vector uops where the CPU has GFNI: the 16 bytes broadcast into both
 // halves of a ymm (a load, no ALU uop), one GF2P8AFFINEQB rearranging each byte's bits by an 8 x 8
-// bit matrix per qword (low half: sign and e4m3 bits 6..4 as an f32's top byte, 1000 0bbb; high
-// half: bits 3..0 as the next byte, bbbb 0000), and one VPERMB placing byte i of each half as
+// bit matrix per qword (low half: the sign and e4m3 bits 6..4 as an f32's top byte, s000 0bbb;
+// high half: bits 3..0 as the next byte, bbbb 0000), and one VPERMB placing byte i of each half as
 // bytes 3 and 2 of lane i (bytes 1 and 0 zeroed). The bits are e4m3_times_2m120's for all 256
 // codes. The instruction goes through asm: as an intrinsic it needs "gfni" in the target, and
 // tile_z (linear_packed.h), compiled without it, would then call the decoder instead of
