@@ -748,9 +748,7 @@ std::vector<Command> make_bench_command() {
            {"threads", b.tc.n_threads},
            {"isa", kernels::isa_name(kernels::active_isa())},
            {"arith", bo->arith},
-           {"kernel", kernels::parse_arith(bo->arith) == kernels::Arith::F32
-                          ? kernels::f32_kernel_name(kernels::active_isa())
-                          : kernels::bf16_kernel_name(kernels::active_isa())},
+           {"kernel", arith_kernel_name(bo->arith)},
            {"load_s", load_s},
            {"rss_before_load_mb", rss_before_load},
            {"rss_anon_before_load_mb", rss_anon_before_load}};

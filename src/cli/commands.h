@@ -40,9 +40,12 @@ std::vector<int> int_list(const std::string& s);  // after int_list_range accept
 void add_arith_option(CLI::App* s, std::string& arith);
 // Its value, with a note on stderr where bf16 has no fast kernel on this CPU.
 kernels::Arith arith_of(const std::string& arith);
-// "NVFP4/FP8/bf16 layers: f32 activations" or "... bf16 activations (<kernel> kernel)", for
+// "NVFP4/FP8/bf16 layers: f32 activations (<kernel> kernel)" or "... bf16 activations (...)", for
 // banners.
 std::string arith_summary(const std::string& arith);
+// The kernel the packed products run under `--arith`: kernels::f32_kernel_name or
+// kernels::bf16_kernel_name at the active ISA.
+const char* arith_kernel_name(const std::string& arith);
 CLI::Validator threads_range();  // 0 (all cores) .. 1024
 
 // Named models (docs/CONVERT.md): the models directory is $NEMOTRON_MODELS when set, else

@@ -203,12 +203,16 @@ kernels::Arith arith_of(const std::string& arith) {
   return a;
 }
 
+const char* arith_kernel_name(const std::string& arith) {
+  return kernels::parse_arith(arith) == kernels::Arith::F32
+             ? kernels::f32_kernel_name(kernels::active_isa())
+             : kernels::bf16_kernel_name(kernels::active_isa());
+}
+
 std::string arith_summary(const std::string& arith) {
-  if (kernels::parse_arith(arith) == kernels::Arith::F32)
-    return fmt::format("NVFP4/FP8/bf16 layers: f32 activations ({} kernel)",
-                       kernels::f32_kernel_name(kernels::active_isa()));
-  return fmt::format("NVFP4/FP8/bf16 layers: bf16 activations ({} kernel)",
-                     kernels::bf16_kernel_name(kernels::active_isa()));
+  return fmt::format("NVFP4/FP8/bf16 layers: {} activations ({} kernel)",
+                     kernels::parse_arith(arith) == kernels::Arith::F32 ? "f32" : "bf16",
+                     arith_kernel_name(arith));
 }
 
 void add_arith_option(CLI::App* s, std::string& arith) {

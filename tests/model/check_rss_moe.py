@@ -29,7 +29,7 @@ failing there: a load-time read of every expert page made them 263.0 MB > 212.0 
 
 Measured (AVX-512 machine, kernel 6.18, ext4): 20 of 32 experts routed; checkpoint pages 204.9 MB <= 212.0 MB (file
 342.7 MB); reading every expert's up_proj pages at load made them 234.0 MB > 212.0 MB. Anonymous memory (Intel
-Xeon, 2026-12-06, six runs): grew 1.38-2.03 MB <= 2.9 MB (state 2.2 + small tensors as f32 0.2 + scratch 0.5;
+Xeon, 2026-12-06, six runs): grew 1.38-2.03 MB <= 2.84 MB (state 2.2 + small tensors as f32 0.2 + scratch 0.5;
 slack 0.9-1.5 MB < 2.49 MB); RSS - checkpoint pages, the earlier measure, read 12.7-13.9 MB against a 13.6-13.7
 MB bound in the same hour.
 """
