@@ -1,12 +1,14 @@
 // nemotron bench: prefill / decode speed, memory, roofline, and speculative decoding
 // (verify-width cost curve, rollback cost, speedup per drafter and γ), measured side by side.
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 #include "base/clock.h"
@@ -353,14 +355,20 @@ struct Bench {
       const std::vector<std::vector<uint8_t>>& used = x.warm.experts_used;
       const model::ForwardProfile& parts = x.timed;
       const int64_t bw_bytes = m.bytes_read(used);
+      // The per-matrix floor, and its share in each part that the profile times (the parts'
+      // floors beside their times show which part is furthest from its floor).
       double matrix_s = 0;
+      std::array<double, 5> part_floor_s{};  // indexed by NemotronH::CostPart
       int64_t matmul_bytes = 0;
       for (const auto& c : m.matmul_costs(used)) {
         matmul_bytes += c.bytes;
-        matrix_s += std::max(double(c.bytes) / step_bytes_s,
-                             double(w) * double(c.macs_per_row) / peak_macs_s);
+        const double s = std::max(double(c.bytes) / step_bytes_s,
+                                  double(w) * double(c.macs_per_row) / peak_macs_s);
+        matrix_s += s;
+        part_floor_s[size_t(c.part)] += s;
       }
-      matrix_s += double(bw_bytes - matmul_bytes) / step_bytes_s;  // embedding row, norms
+      const double other_s = double(bw_bytes - matmul_bytes) / step_bytes_s;  // embedding, norms
+      matrix_s += other_s;
       // Mean seconds per pass in each part (the profile's timers sum over the timed passes).
       const double n_pass = double(std::max<int64_t>(1, reps));
       const nlohmann::json ms = {{"mamba", parts.mamba_s / n_pass * 1e3},
@@ -369,6 +377,12 @@ struct Bench {
                                  {"mlp", parts.mlp_s / n_pass * 1e3},
                                  {"norms_embed", parts.norms_s / n_pass * 1e3},
                                  {"lm_head", parts.lm_head_s / n_pass * 1e3}};
+      using CP = model::NemotronH::CostPart;
+      const auto floor_ms = [&](CP p) { return part_floor_s[size_t(p)] * 1e3; };
+      const nlohmann::json floor_parts = {
+          {"mamba", floor_ms(CP::Mamba)}, {"attention", floor_ms(CP::Attention)},
+          {"moe", floor_ms(CP::MoE)},     {"mlp", floor_ms(CP::Mlp)},
+          {"norms_embed", other_s * 1e3}, {"lm_head", floor_ms(CP::LmHead)}};
       const double floor = double(bw_bytes) / double(std::max<int64_t>(1, b1));
       nlohmann::json e = {{"width", w},
                           {"seconds", tw},
@@ -378,7 +392,8 @@ struct Bench {
                           {"over_floor", tw / t1 / floor},
                           {"rollback_s", rb},
                           {"rollback_relative", rb / t1},
-                          {"part_ms", ms}};
+                          {"part_ms", ms},
+                          {"part_matrix_floor_ms", floor_parts}};
       if (bw > 0) e["over_bandwidth_floor"] = tw / (double(bw_bytes) / 1e9 / bw);
       const double compute_s = double(w) * double(macs_row) / peak_macs_s;
       e["macs"] = int64_t(w) * macs_row;
@@ -392,10 +407,15 @@ struct Bench {
         std::printf("  compute floor %.2fx, per matrix %.2fx (%.2fx that)", compute_s / t1,
                     matrix_s / t1, tw / matrix_s);
         std::printf("   rollback %.3f ms (%.3fx)\n", rb * 1e3, rb / t1);
-        std::printf(
-            "              parts (ms): mamba %.1f, attention %.1f, moe %.1f, lm_head %.1f\n",
-            ms["mamba"].get<double>(), ms["attention"].get<double>(), ms["moe"].get<double>(),
-            ms["lm_head"].get<double>());
+        std::printf("              parts, ms (per-matrix floor at the step's rate):");
+        const char* sep = " ";
+        for (const char* part : {"mamba", "attention", "moe", "mlp", "lm_head"}) {
+          if (part == std::string_view("mlp") && floor_parts[part].get<double>() == 0) continue;
+          std::printf("%s%s %.1f (%.1f)", sep, part, ms[part].get<double>(),
+                      floor_parts[part].get<double>());
+          sep = ", ";
+        }
+        std::printf("\n");
       }
     }
     j["decode_step_s"] = t1;

@@ -52,24 +52,27 @@ int64_t NemotronH::weight_bytes() const {
 
 std::vector<NemotronH::MatmulCost> NemotronH::matmul_costs(
     const std::vector<std::vector<uint8_t>>& experts_used) const {
-  const auto cost = [](const kernels::PackedWeight& w) {
-    return MatmulCost{w.bytes(), w.rows * w.cols};
+  using P = CostPart;
+  const auto cost = [](const kernels::PackedWeight& w, P part) {
+    return MatmulCost{w.bytes(), w.rows * w.cols, part};
   };
-  std::vector<MatmulCost> c{cost(lm_head_)};
+  std::vector<MatmulCost> c{cost(lm_head_, P::LmHead)};
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     if (const auto* m = std::get_if<Mamba2Weights>(&L.mixer))
-      c.insert(c.end(), {cost(m->in_proj), cost(m->out_proj)});
+      c.insert(c.end(), {cost(m->in_proj, P::Mamba), cost(m->out_proj, P::Mamba)});
     if (const auto* a = std::get_if<AttentionWeights>(&L.mixer))
-      c.insert(c.end(), {cost(a->q_proj), cost(a->k_proj), cost(a->v_proj), cost(a->o_proj)});
+      c.insert(c.end(), {cost(a->q_proj, P::Attention), cost(a->k_proj, P::Attention),
+                         cost(a->v_proj, P::Attention), cost(a->o_proj, P::Attention)});
     if (const auto* p = std::get_if<MlpWeights>(&L.mixer))
-      c.insert(c.end(), {cost(p->up), cost(p->down)});
+      c.insert(c.end(), {cost(p->up, P::Mlp), cost(p->down, P::Mlp)});
     if (const auto* e = std::get_if<MoEWeights>(&L.mixer)) {
-      c.push_back(cost(e->gate));
-      for (const auto& x : e->shared) c.insert(c.end(), {cost(x.up), cost(x.down)});
-      MatmulCost all, routed;
+      c.push_back(cost(e->gate, P::MoE));
+      for (const auto& x : e->shared) c.insert(c.end(), {cost(x.up, P::MoE), cost(x.down, P::MoE)});
+      MatmulCost all{.part = P::MoE}, routed{.part = P::MoE};
       for (size_t x = 0; x < e->experts.size(); ++x) {
-        const MatmulCost up = cost(e->experts[x].up), down = cost(e->experts[x].down);
+        const MatmulCost up = cost(e->experts[x].up, P::MoE),
+                         down = cost(e->experts[x].down, P::MoE);
         all.bytes += up.bytes + down.bytes;
         all.macs_per_row += up.macs_per_row + down.macs_per_row;
         if (l < experts_used.size() && x < experts_used[l].size() && experts_used[l][x])

@@ -78,11 +78,14 @@ class NemotronH {
   void embed(int32_t token, float* out) const;
   int64_t weight_bytes() const;  // bytes of all mapped tensors
   int64_t lm_head_bytes() const { return lm_head_.bytes(); }
-  // One matrix product of a pass: the weight bytes it reads and the multiply-adds it does per
-  // row. The routed experts of an MoE layer are one entry: the bytes of the experts the rows
-  // routed to (each once), top-k average-size experts' multiply-adds per row.
+  // One matrix product of a pass: the weight bytes it reads, the multiply-adds it does per
+  // row, and the part of ForwardProfile whose timer holds it. The routed experts of an MoE layer
+  // are one entry: the bytes of the experts the rows routed to (each once), top-k average-size
+  // experts' multiply-adds per row.
+  enum class CostPart : uint8_t { Mamba, Attention, MoE, Mlp, LmHead };
   struct MatmulCost {
     int64_t bytes = 0, macs_per_row = 0;
+    CostPart part = CostPart::Mamba;
   };
   // Every product of a pass whose rows routed to `experts_used` ([layer][expert], as
   // ForwardProfile fills it); an empty outer vector stands for a decode step (top-k experts of

@@ -116,6 +116,14 @@ with tempfile.TemporaryDirectory() as d:
                 1e-9 * e["compute_floor_relative"] for e in c) and \
             all(e["matrix_floor_relative"] >= max(e["floor_relative"], e["compute_floor_relative"]) * (1 - 1e-9)
                 for e in c)
+        # The per-matrix floor by part: the profile's parts, each >= 0, and together the whole
+        # floor (in ms: relative x the decode step, which is seconds / relative).
+        ok = ok and all(set(e["part_matrix_floor_ms"]) == set(e["part_ms"]) and
+                        min(e["part_matrix_floor_ms"].values()) >= 0 and
+                        e["part_matrix_floor_ms"]["mamba"] > 0 and e["part_matrix_floor_ms"]["lm_head"] > 0 and
+                        abs(sum(e["part_matrix_floor_ms"].values()) -
+                            e["matrix_floor_relative"] * e["seconds"] / e["relative"] * 1e3) <=
+                        1e-9 * sum(e["part_matrix_floor_ms"].values()) for e in c)
         # --membw: a probe before each of the 3 repetitions and one after the last; the headline
         # bandwidth is their best, and each repetition is held against the two probes around it.
         p, rp = j["read_bandwidth_probes_gb_s"], j["roofline_fraction_paired"]
