@@ -50,7 +50,9 @@ KNOWN_SPILLS = {r"tile_bf16_avx2<2, 2>": 8, r"Fp8Bf16Avx2, 2, 2>": 4, r"DenseBf1
                 # AVX-512 f32 tiles of 6-7 rows x 4 outputs (24-28 accumulators) beside the
                 # decode's registers; faster than the 4-row groups they replace all the same
                 # (Zen 4, docs/PERFORMANCE.md, 2026-12-05: 7 rows NVFP4 1.06-1.11x, FP8 1.18-1.21x).
-                r"Nvfp4Avx512, 6, 4, false>": 4, r"Nvfp4Avx512, 7, 4, false>": 23,
+                # (6 x 4 NVFP4: 7 since its 24 finishes go sixteen at a time, finish_tile_z; still
+                # 0.96x the time, L2-resident and streamed, Xeon 2026-12-07.)
+                r"Nvfp4Avx512, 6, 4, false>": 7, r"Nvfp4Avx512, 7, 4, false>": 23,
                 r"Fp8Avx512, 7, 4, false>": 3, r"Fp8Avx512Intel, 7, 4, false>": 3,
                 # GFNI's FP8 decode (two registers of constants): 7 rows 0.94x the time of the
                 # three-uop decode's 7 x 4 all the same (Xeon, docs/PERFORMANCE.md, 2026-12-06).
