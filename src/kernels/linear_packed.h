@@ -481,26 +481,32 @@ inline float finish_z(const D& d, __m512 acc, const float* xr, int64_t K16, int6
 
 // The end of an R x O tile_z tile: y(r, o + j) = finish_z(d[j], acc[r][j], row r), sixteen
 // (row, output) pairs at a time through finish_lanes16 (the same adds of the same operands in the
-// same order as finish_lanes), the rest one at a time; pair p = r * O + j. One at a time, the
-// finishes of an 8 x 3 FP8 tile took ~8 % of its time L2-resident (4 x 4: ~6 %).
+// same order as finish_lanes); pair p = r * O + j. One at a time, the finishes of an 8 x 3 FP8
+// tile took ~8 % of its time L2-resident (4 x 4: ~6 %).
 template <class D, int R, int O>
 [[gnu::always_inline]] inline void finish_tile_z(const D (&d)[O], const __m512 (&acc)[R][O],
                                                  const float* x, int64_t xs, int64_t K16, int64_t K,
                                                  float* y, int64_t ys, int64_t o) {
-  constexpr int P = R * O, P16 = P - P % 16;
+  // Pairs through finish_lanes16: whole sixteens, and a tile of 4-15 pairs as one padded with
+  // zeros (1 x 4 NVFP4 0.92x the time L2-resident, 0.93-0.99x streamed; 2-3 rows 0.98-0.99x);
+  // the rest of a larger tile one at a time (padded, 5 and 7 rows ran 1.01x slower).
+  constexpr int P = R * O, P16 = P < 16 ? (P >= 4 ? 16 : 0) : P - P % 16;
+  constexpr int P_real = P < P16 ? P : P16;  // pairs in the sixteens that are not padding
   if constexpr (P16 > 0) {
-    alignas(64) float t[P16], post[P16], out[16];
+    alignas(64) float t[P16] = {}, post[P16] = {}, out[16];
 #pragma GCC unroll 32
-    for (int p = 0; p < P16; ++p)
+    for (int p = 0; p < P_real; ++p)
       t[p] = tail_z(d[p % O], x + (p / O) * xs, K16, K), post[p] = d[p % O].post();
 #pragma GCC unroll 2
     for (int p0 = 0; p0 < P16; p0 += 16) {
       __m512 a[16];
 #pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i) a[i] = canonical_z<D>(acc[(p0 + i) / O][(p0 + i) % O]);
+      for (int i = 0; i < 16; ++i)
+        a[i] = p0 + i < P ? canonical_z<D>(acc[(p0 + i) / O][(p0 + i) % O]) : _mm512_setzero_ps();
       finish_lanes16(a, t + p0, post + p0, out);
 #pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i) y[(p0 + i) / O * ys + o + (p0 + i) % O] = out[i];
+      for (int i = 0; i < 16; ++i)
+        if (p0 + i < P) y[(p0 + i) / O * ys + o + (p0 + i) % O] = out[i];
     }
   }
 #pragma GCC unroll 16
