@@ -358,7 +358,7 @@ struct Bench {
       // The per-matrix floor, and its share in each part that the profile times (the parts'
       // floors beside their times show which part is furthest from its floor).
       double matrix_s = 0;
-      std::array<double, 5> part_floor_s{};  // indexed by NemotronH::CostPart
+      std::array<double, size_t(model::NemotronH::CostPart::LmHead) + 1> part_floor_s{};
       int64_t matmul_bytes = 0;
       for (const auto& c : m.matmul_costs(used)) {
         matmul_bytes += c.bytes;

@@ -82,7 +82,7 @@ class NemotronH {
   // row, and the part of ForwardProfile whose timer holds it. The routed experts of an MoE layer
   // are one entry: the bytes of the experts the rows routed to (each once), top-k average-size
   // experts' multiply-adds per row.
-  enum class CostPart : uint8_t { Mamba, Attention, MoE, Mlp, LmHead };
+  enum class CostPart : uint8_t { Mamba, Attention, MoE, Mlp, LmHead };  // LmHead last (a count)
   struct MatmulCost {
     int64_t bytes = 0, macs_per_row = 0;
     CostPart part = CostPart::Mamba;
