@@ -474,44 +474,51 @@ inline __m512 canonical_z(__m512 acc) {
   return acc;
 }
 
-template <class D>
-inline float finish_z(const D& d, __m512 acc, const float* xr, int64_t K16, int64_t K) {
-  return finish_lanes(canonical_z<D>(acc), tail_z(d, xr, K16, K), d.post());
+// Slots for a tile's R x O (row, output) pairs in finish_pairs's t and post: whole sixteens, a tile
+// of 4-15 pairs padded to one sixteen (the padding zeros), else the pairs.
+template <int P>
+constexpr int kPairSlots = P < 16 && P >= 4 ? 16 : P;
+
+// The end of a tile: y(r, o + j) = finish_lanes(lanes(r, j), t[p], post[p]) for every pair p = r *
+// O + j, sixteen at a time through finish_lanes16 (the same adds of the same operands in the same
+// order as finish_lanes), a tile of 4-15 pairs as one sixteen padded with zeros (t and post hold
+// kPairSlots<R * O> entries, the padding's zero), the rest of a larger tile one at a time. One at a
+// time, the finishes of an 8 x 3 FP8 tile_z tile took ~8 % of its time L2-resident (4 x 4: ~6 %);
+// padded, 1 x 4 NVFP4 0.92x the time L2-resident (0.93-0.99x streamed), 2-3 rows 0.98-0.99x, but
+// the rest of 5- and 7-row tiles 1.01x slower (Xeon, docs/PERFORMANCE.md, 2026-12-07).
+template <int R, int O, class Lanes>
+[[gnu::always_inline]] inline void finish_pairs(Lanes&& lanes, const float* t, const float* post,
+                                                float* y, int64_t ys, int64_t o) {
+  constexpr int P = R * O, S = kPairSlots<P>, P16 = S - S % 16;
+  alignas(64) float out[16];
+#pragma GCC unroll 2
+  for (int p0 = 0; p0 < P16; p0 += 16) {
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i)
+      a[i] = p0 + i < P ? lanes((p0 + i) / O, (p0 + i) % O) : _mm512_setzero_ps();
+    finish_lanes16(a, t + p0, post + p0, out);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i)
+      if (p0 + i < P) y[(p0 + i) / O * ys + o + (p0 + i) % O] = out[i];
+  }
+#pragma GCC unroll 16
+  for (int p = P16; p < P; ++p)
+    y[p / O * ys + o + p % O] = finish_lanes(lanes(p / O, p % O), t[p], post[p]);
 }
 
-// The end of an R x O tile_z tile: y(r, o + j) = finish_z(d[j], acc[r][j], row r), sixteen
-// (row, output) pairs at a time through finish_lanes16 (the same adds of the same operands in the
-// same order as finish_lanes); pair p = r * O + j. One at a time, the finishes of an 8 x 3 FP8
-// tile took ~8 % of its time L2-resident (4 x 4: ~6 %).
+// The end of an R x O tile_z tile: y(r, o + j) = finish_lanes(acc[r][j] in canonical lanes, the
+// tail of row r against output o + j, d[j].post()), through finish_pairs.
 template <class D, int R, int O>
 [[gnu::always_inline]] inline void finish_tile_z(const D (&d)[O], const __m512 (&acc)[R][O],
                                                  const float* x, int64_t xs, int64_t K16, int64_t K,
                                                  float* y, int64_t ys, int64_t o) {
-  // Pairs through finish_lanes16: whole sixteens, and a tile of 4-15 pairs as one padded with
-  // zeros (1 x 4 NVFP4 0.92x the time L2-resident, 0.93-0.99x streamed; 2-3 rows 0.98-0.99x);
-  // the rest of a larger tile one at a time (padded, 5 and 7 rows ran 1.01x slower).
-  constexpr int P = R * O, P16 = P < 16 ? (P >= 4 ? 16 : 0) : P - P % 16;
-  constexpr int P_real = P < P16 ? P : P16;  // pairs in the sixteens that are not padding
-  if constexpr (P16 > 0) {
-    alignas(64) float t[P16] = {}, post[P16] = {}, out[16];
+  constexpr int P = R * O;
+  alignas(64) float t[kPairSlots<P>] = {}, post[kPairSlots<P>] = {};
 #pragma GCC unroll 32
-    for (int p = 0; p < P_real; ++p)
-      t[p] = tail_z(d[p % O], x + (p / O) * xs, K16, K), post[p] = d[p % O].post();
-#pragma GCC unroll 2
-    for (int p0 = 0; p0 < P16; p0 += 16) {
-      __m512 a[16];
-#pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i)
-        a[i] = p0 + i < P ? canonical_z<D>(acc[(p0 + i) / O][(p0 + i) % O]) : _mm512_setzero_ps();
-      finish_lanes16(a, t + p0, post + p0, out);
-#pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i)
-        if (p0 + i < P) y[(p0 + i) / O * ys + o + (p0 + i) % O] = out[i];
-    }
-  }
-#pragma GCC unroll 16
-  for (int p = P16; p < P; ++p)
-    y[p / O * ys + o + p % O] = finish_z(d[p % O], acc[p / O][p % O], x + (p / O) * xs, K16, K);
+  for (int p = 0; p < P; ++p)
+    t[p] = tail_z(d[p % O], x + (p / O) * xs, K16, K), post[p] = d[p % O].post();
+  finish_pairs<R, O>([&](int r, int j) { return canonical_z<D>(acc[r][j]); }, t, post, y, ys, o);
 }
 
 // Row x [0, K) laid out for a PermutedLanes decoder: each block of 16 in lane order, the tail
@@ -653,7 +660,7 @@ inline void rows_z(const PackedWeight& w, const float* x, int64_t xs, float* y, 
 // chunk-major (contiguous per chunk) so that a tile's loads walk a few consecutive lines;
 // accumulators are parked in memory between chunks. Tiles are kWideTileR rows x kWideTileO
 // outputs. Each (row, output) still accumulates k = 0, 16, 32, ... into its own 16 lanes in
-// order, then finishes as finish_z does: the canonical order, bit for bit.
+// order, then finishes as tile_z does (finish_tile_z): the canonical order, bit for bit.
 // 6 x 4 tiles at k chunks of 384 measured best of 4 x 4, 4 x 6, 6 x 4 at 256, 384, 512 on the
 // Xeon (docs/PERFORMANCE.md).
 constexpr int kWideTileR = 6, kWideTileO = 4;
@@ -868,30 +875,18 @@ template <class T, int R, int O, class Fin>
       w, xt, o, [&](int r, int j, float t, float post) { y[r * ys + o + j] = fin(r, j, t, post); });
 }
 
-// finish_tile_bf16 for tiles of 16+ (row, output) pairs: sixteen at a time through
-// finish_lanes16 (the same adds of the same operands in the same order as finish_lanes), the rest
-// one at a time; pair p = r * O + j. (Twenty-four scalar finishes after 84 chunks were a visible
-// part of an 8-row FP8 tile: docs/PERFORMANCE.md, 2026-12-06.)
+// finish_tile_bf16 for tiles of 16+ (row, output) pairs, through finish_pairs. (Twenty-four
+// scalar finishes after 84 chunks were a visible part of an 8-row FP8 tile: docs/PERFORMANCE.md,
+// 2026-12-06.)
 template <class T, int R, int O>
 [[gnu::always_inline]] inline void finish_tile_bf16_by16(const PackedWeight& w, const float* xt,
                                                          float* y, int64_t ys, int64_t o,
                                                          const __m512 (&acc)[R][O]) {
-  constexpr int P = R * O, P16 = P - P % 16;
-  alignas(64) float t[P], post[P], out[16];
+  static_assert(R * O >= 16);
+  alignas(64) float t[R * O], post[R * O];
   tile_tails<T, R, O>(
       w, xt, o, [&](int r, int j, float tr, float pr) { t[r * O + j] = tr, post[r * O + j] = pr; });
-#pragma GCC unroll 2
-  for (int p0 = 0; p0 < P16; p0 += 16) {
-    __m512 a[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) a[i] = acc[(p0 + i) / O][(p0 + i) % O];
-    finish_lanes16(a, t + p0, post + p0, out);
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) y[(p0 + i) / O * ys + o + (p0 + i) % O] = out[i];
-  }
-#pragma GCC unroll 16
-  for (int p = P16; p < P; ++p)
-    y[p / O * ys + o + p % O] = finish_lanes(acc[p / O][p % O], t[p], post[p]);
+  finish_pairs<R, O>([&](int r, int j) { return acc[r][j]; }, t, post, y, ys, o);
 }
 
 // R rows x O outputs [o, o + O). The accumulators leave the registers only once, through
